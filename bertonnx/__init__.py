@@ -1,0 +1,14 @@
+"""bertonnx: BERT's encoder, pooler and next-sentence head on onnxruntime, without PyTorch.
+
+Load a directory written by ``bertonnx export`` with :class:`BertOnnx` and call it on texts or sentence
+pairs. This package needs only onnxruntime, tokenizers and numpy; it never imports torch, transformers
+or optimum.
+"""
+
+from .errors import ModelDirectoryError
+from .model import BertOnnx
+from .outputs import BertOutput, Tokenized
+from .session import RuntimeOptions
+from .version import __version__
+
+__all__ = ["BertOnnx", "BertOutput", "ModelDirectoryError", "RuntimeOptions", "Tokenized", "__version__"]

@@ -1,0 +1,126 @@
+"""The facts ``bertonnx inspect`` and ``walkthrough`` report, read torch-free from the export.
+
+Parameter counts come from the ONNX graph's own initializers (not from the manifest), so they prove what
+the file holds: the total of float weights, the token-embedding table (the initializer gathered by
+``input_ids``), the pooler (weights between ``last_hidden_state`` and ``pooler_output``) and the NSP head
+(weights between ``pooler_output`` and ``nsp_logits``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .manifest import VARIANT_FILES, Manifest
+from .onnx_reader import GraphInfo, read_graph
+
+__all__ = ["COUNTABLE_VARIANTS", "count_parameters", "describe", "mean_pooler_cosine"]
+
+ONNX_FLOAT = 1
+#: Variants whose weights are float initializers (int8 weights are stored quantized).
+COUNTABLE_VARIANTS = ("fp32", "optimized")
+#: Input index of the word-embedding table in onnxruntime's fused EmbedLayerNormalization node.
+EMBED_LAYER_NORM_WORD_INPUT = 2
+
+
+def _weights_between(graph: GraphInfo, target: str, stop: str) -> set[str]:
+    """Names of float initializers feeding ``target``, walking back from it until tensor ``stop``."""
+    producers = {out: node for node in graph.nodes for out in node.outputs}
+    floats = {t.name for t in graph.initializers if t.data_type == ONNX_FLOAT}
+    found: set[str] = set()
+    seen: set[str] = set()
+    queue = deque([target])
+    while queue:
+        tensor = queue.popleft()
+        if tensor in seen or tensor == stop:
+            continue
+        seen.add(tensor)
+        if tensor in floats:
+            found.add(tensor)
+        elif tensor in producers:
+            queue.extend(producers[tensor].inputs)
+    return found
+
+
+def count_parameters(graph: GraphInfo) -> dict[str, int]:
+    """Count parameters from the initializers of an fp32 (plain or fused) BERT graph with our outputs.
+
+    Returns:
+        ``bert_model`` (encoder + embeddings + pooler), ``token_embeddings``, ``pooler``, ``nsp_head`` and
+        ``exported_total`` (everything in the graph).
+
+    Raises:
+        ValueError: the graph does not have the expected outputs or word-embedding lookup.
+    """
+    sizes = {t.name: t.size for t in graph.initializers if t.data_type == ONNX_FLOAT and t.dims}
+    word = None
+    for node in graph.nodes:
+        if node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] == "input_ids":
+            word = node.inputs[0]
+        elif node.op_type == "EmbedLayerNormalization":
+            word = node.inputs[EMBED_LAYER_NORM_WORD_INPUT]
+    if word is None or word not in sizes:
+        raise ValueError("no word-embedding lookup on input_ids found in the graph")
+    nsp = _weights_between(graph, "nsp_logits", stop="pooler_output")
+    pooler = _weights_between(graph, "pooler_output", stop="last_hidden_state")
+    total = sum(sizes.values())
+    nsp_head = sum(sizes[n] for n in nsp)
+    return {
+        "bert_model": total - nsp_head,
+        "token_embeddings": sizes[word],
+        "pooler": sum(sizes[n] for n in pooler),
+        "nsp_head": nsp_head,
+        "exported_total": total,
+    }
+
+
+def describe(manifest: Manifest) -> dict[str, Any]:
+    """Everything ``bertonnx inspect`` prints, as one JSON-ready dict."""
+    directory = manifest.directory
+    variants = {}
+    for name, record in manifest.variants.items():
+        path = directory / record["file"]
+        variants[name] = {
+            "file": record["file"],
+            "size_bytes": path.stat().st_size if path.is_file() else None,
+            "parity": record.get("parity"),
+            **({"fusions": record["fusions"]} if "fusions" in record else {}),
+        }
+    counted_from = next((v for v in COUNTABLE_VARIANTS if v in manifest.variants), None)
+    parameters: dict[str, Any] = {"counted_from": None, "counts": dict(manifest.data.get("parameters", {}))}
+    graph = None
+    if counted_from is not None:
+        graph = read_graph(directory / VARIANT_FILES[counted_from])
+        parameters = {"counted_from": f"{VARIANT_FILES[counted_from]} initializers", "counts": count_parameters(graph)}
+        parameters["matches_manifest"] = parameters["counts"] == manifest.data.get("parameters")
+    else:
+        parameters["counted_from"] = "manifest (no fp32 graph in this directory)"
+    if graph is None:
+        graph = read_graph(directory / next(iter(manifest.variants.values()))["file"])
+    return {
+        "directory": str(directory),
+        "source": manifest.data.get("source"),
+        "weights": manifest.weights,
+        "random_weights": manifest.random_weights,
+        "config": manifest.config,
+        "parameters": parameters,
+        "inputs": [{"name": v.name, "shape": list(v.shape)} for v in graph.inputs],
+        "outputs": [{"name": v.name, "shape": list(v.shape)} for v in graph.outputs],
+        "opset": graph.opsets.get("", manifest.data.get("opset")),
+        "variants": variants,
+        "versions": manifest.data.get("versions"),
+    }
+
+
+def mean_pooler_cosine(token_states: np.ndarray, tokens: list[str], pooler: np.ndarray) -> float:
+    """Cosine between the mean of the non-special token vectors and ``pooler_output``.
+
+    Special tokens are ``[CLS]``, ``[SEP]`` and ``[PAD]``; the module compares the pooled sentence vector
+    with this plain average to show the pooler is not just a mean.
+    """
+    keep = [i for i, token in enumerate(tokens) if token not in ("[CLS]", "[SEP]", "[PAD]")]
+    mean = token_states[keep].astype(np.float64).mean(axis=0)
+    pooled = pooler.astype(np.float64)
+    return float(mean @ pooled / (np.linalg.norm(mean) * np.linalg.norm(pooled)))

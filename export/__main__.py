@@ -1,0 +1,5 @@
+"""``python -m export``: same as ``bertonnx export``."""
+
+from .cli import main
+
+raise SystemExit(main())

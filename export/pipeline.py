@@ -1,0 +1,287 @@
+"""The export step end to end: load, export, derive variants, gate, write the manifest, publish atomically.
+
+Everything is built in a hidden temporary directory beside ``OUTDIR`` and renamed into place only after
+the parity gate passed, so an interrupted or failed export never leaves a half-written model directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bertonnx.manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST_FILE,
+    NSP_IS_NEXT_INDEX,
+    TOKENIZER_FILE,
+    VARIANT_FILES,
+    sha256_file,
+)
+from bertonnx.version import __version__
+
+from . import gate
+from .errors import ExportError
+from .graph import DEFAULT_OPSET, BertWithHeads, describe_io, export_graph
+from .source import DEFAULT_MODEL, Source, load_source
+from .variants import build_int8, build_optimized
+
+ALL_VARIANTS = tuple(VARIANT_FILES)
+VERSIONED_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "tokenizers", "numpy")
+RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS: outputs are meaningless; use for latency and parity checks only."
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class ExportOptions:
+    """What to export and where. Mirrors ``bertonnx export`` options."""
+
+    outdir: Path
+    model: str = DEFAULT_MODEL
+    weights: str = "pretrained"
+    seed: int = 0
+    allow_random_heads: bool = False
+    revision: str | None = None
+    variants: tuple[str, ...] = ALL_VARIANTS
+    opset: int = DEFAULT_OPSET
+    force: bool = False
+    #: Test hook: called with the fp32 graph's path before the gate, to break the graph on purpose.
+    tamper: Callable[[Path], None] | None = field(default=None, repr=False)
+
+
+def _log_to_stdout(message: str) -> None:
+    print(message, flush=True)
+
+
+@contextlib.contextmanager
+def _step(log: Log, name: str) -> Iterator[None]:
+    log(f"[export] {name} ...")
+    start = time.perf_counter()
+    yield
+    log(f"[export] {name}: done in {time.perf_counter() - start:.1f} s")
+
+
+def _check_options(options: ExportOptions) -> Path:
+    unknown = [v for v in options.variants if v not in VARIANT_FILES]
+    if unknown or not options.variants:
+        raise ExportError(
+            f"--variants must name one or more of {', '.join(VARIANT_FILES)}, got {', '.join(unknown) or 'none'}"
+        )
+    outdir = Path(options.outdir).expanduser().absolute()
+    if outdir.exists() and not options.force:
+        raise ExportError(f"{outdir} already exists; pass --force to replace it, or choose another OUTDIR")
+    if outdir.exists() and not outdir.is_dir():
+        raise ExportError(f"{outdir} exists and is not a directory; remove it or choose another OUTDIR")
+    if outdir.exists() and any(outdir.iterdir()) and not (outdir / MANIFEST_FILE).is_file():
+        raise ExportError(
+            f"{outdir} is a non-empty directory that is not a bertonnx export; --force only replaces exports"
+        )
+    outdir.parent.mkdir(parents=True, exist_ok=True)
+    return outdir
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"bertonnx": __version__}
+    for package in VERSIONED_PACKAGES:
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def _parameter_counts(source: Source) -> dict[str, int]:
+    bert = source.model.bert
+    nsp = source.model.cls.seq_relationship
+    bert_model = sum(p.numel() for p in bert.parameters())
+    nsp_head = sum(p.numel() for p in nsp.parameters())
+    return {
+        "bert_model": bert_model,
+        "token_embeddings": bert.embeddings.word_embeddings.weight.numel(),
+        "pooler": sum(p.numel() for p in bert.pooler.parameters()),
+        "nsp_head": nsp_head,
+        "exported_total": bert_model + nsp_head,
+    }
+
+
+def _config_numbers(source: Source) -> dict[str, Any]:
+    c = source.model.config
+    return {
+        "model_type": "bert",
+        "num_hidden_layers": c.num_hidden_layers,
+        "num_attention_heads": c.num_attention_heads,
+        "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size,
+        "vocab_size": c.vocab_size,
+        "max_position_embeddings": c.max_position_embeddings,
+        "type_vocab_size": c.type_vocab_size,
+        "hidden_act": c.hidden_act,
+        "layer_norm_eps": c.layer_norm_eps,
+    }
+
+
+def _weights_note(weights: dict[str, Any]) -> str | None:
+    if weights["kind"] == "random":
+        return RANDOM_WEIGHTS_NOTE
+    if weights["random_heads"]:
+        heads = " and ".join(weights["random_heads"])
+        seed = weights["seed"]
+        return f"RANDOM HEADS: the {heads} head was seeded (seed {seed}), not trained; its outputs are meaningless."
+    return None
+
+
+def _save_tokenizer(source: Source, directory: Path, max_length: int) -> None:
+    """Save the fast tokenizer with no padding or truncation baked in (the runtime sets both per call)."""
+    tokenizer = source.tokenizer
+    tokenizer.backend_tokenizer.no_padding()
+    tokenizer.backend_tokenizer.no_truncation()
+    tokenizer.model_max_length = max_length
+    tokenizer.save_pretrained(str(directory))
+    saved = json.loads((directory / TOKENIZER_FILE).read_text(encoding="utf-8"))
+    if saved.get("padding") is not None or saved.get("truncation") is not None:
+        raise ExportError(
+            f"{TOKENIZER_FILE} still carries padding or truncation after clearing them; refusing to publish it"
+        )
+
+
+_DIR_MODE = 0o777
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _publish(staging: Path, outdir: Path) -> None:
+    """Move the finished ``staging`` directory to ``outdir``, replacing an old export last."""
+    if outdir.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.old-", dir=outdir.parent))
+        outdir.rename(trash / outdir.name)
+        staging.rename(outdir)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        staging.rename(outdir)
+
+
+def run_export(options: ExportOptions, log: Log = _log_to_stdout) -> dict[str, Any]:
+    """Export, gate and publish a model directory.
+
+    Returns:
+        The manifest written to ``OUTDIR/bertonnx.json``.
+
+    Raises:
+        ExportError: a refusal (bad option, missing model, existing OUTDIR, missing heads, unreachable hub)
+            or a failed parity gate. Nothing is left in ``OUTDIR`` in either case.
+    """
+    outdir = _check_options(options)
+    staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.partial-", dir=outdir.parent))
+    staging.chmod(_DIR_MODE & ~_current_umask())  # mkdtemp makes 0700; publish with the usual mode
+    try:
+        manifest = _build(options, staging, log)
+        _publish(staging, outdir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log(f"[export] wrote {outdir}")
+    return manifest
+
+
+def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
+    with _step(log, f"load {options.model} ({options.weights} weights)"):
+        source = load_source(
+            options.model,
+            weights=options.weights,
+            seed=options.seed,
+            allow_random_heads=options.allow_random_heads,
+            revision=options.revision,
+        )
+    config = source.model.config
+    note = _weights_note(source.weights)
+    if note:
+        log(f"[export] NOTE {note}")
+    _save_tokenizer(source, staging, config.max_position_embeddings)
+    config.save_pretrained(str(staging))
+
+    fp32_path = staging / VARIANT_FILES["fp32"]
+    with _step(log, f"export ONNX graph (opset {options.opset})"):
+        export_graph(source.model, fp32_path, opset=options.opset)
+    if options.tamper is not None:
+        options.tamper(fp32_path)
+
+    records: dict[str, dict[str, Any]] = {v: {"file": VARIANT_FILES[v]} for v in ALL_VARIANTS if v in options.variants}
+    if "optimized" in records:
+        with _step(log, "fuse (onnxruntime transformer optimizer)"):
+            fusions = build_optimized(
+                fp32_path, staging / VARIANT_FILES["optimized"], config.num_attention_heads, config.hidden_size
+            )
+        records["optimized"]["fusions"] = fusions
+        log(f"[export] fusions: {fusions}")
+    if "int8" in records:
+        with _step(log, "quantize (dynamic int8, per-channel)"):
+            records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"])
+
+    with _step(log, f"verify against PyTorch ({len(gate.GATE_INPUTS)} inputs + padded batch)"):
+        cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings)
+        reference = gate.reference_outputs(BertWithHeads(source.model).eval(), cases)
+        failures: list[str] = []
+        for variant, record in records.items():
+            figures = gate.compare(cases, reference, gate.onnx_outputs(staging / record["file"], cases))
+            problems = gate.breaches(variant, figures)
+            record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
+            failures += problems
+            log(
+                f"[export] {variant}: "
+                + ", ".join(f"{k} {v:.3g}" for k, v in figures.items())
+                + (" FAIL" if problems else " ok")
+            )
+    if failures:
+        raise ExportError(
+            "parity gate failed; nothing was written:\n  " + "\n  ".join(failures),
+            exit_code=ExportError.EXIT_GATE_FAILED,
+        )
+
+    if "fp32" not in records:
+        fp32_path.unlink()
+    io = describe_io(staging / records[next(iter(records))]["file"])
+    files = sorted(p.name for p in staging.iterdir() if p.is_file())
+    with _step(log, "hash files"):
+        file_records = {
+            name: {"sha256": sha256_file(staging / name), "size": (staging / name).stat().st_size} for name in files
+        }
+    manifest = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "created_by": f"bertonnx {__version__}",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": {"model": source.model_id, "kind": source.kind, "revision": source.revision},
+        "weights": {**source.weights, "note": _weights_note(source.weights)},
+        "config": _config_numbers(source),
+        "parameters": _parameter_counts(source),
+        "opset": options.opset,
+        "nsp": {"is_next_index": NSP_IS_NEXT_INDEX, "labels": ["is_next", "not_next"]},
+        "graph": io,
+        "tokenizer": {"file": TOKENIZER_FILE, "padding": None, "truncation": None},
+        "parity_gate": {
+            "reference": "transformers BertForPreTraining (PyTorch, fp32)",
+            "inputs": len(gate.GATE_INPUTS),
+            "exact_max_abs": gate.EXACT_MAX_ABS,
+            "int8_thresholds": gate.INT8_THRESHOLDS,
+        },
+        "variants": records,
+        "versions": _versions(),
+        "files": file_records,
+    }
+    (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
