@@ -7,6 +7,7 @@ command runs with torch, transformers and optimum absent. Every command takes ``
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -27,8 +28,11 @@ EXIT_OK = 0
 EXIT_ERROR = 2
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 _RULE = "=" * 72
-_EXTRA_HINT = {
-    "export": "the export step needs the export extra: pip install torch==2.13.0 && pip install 'bertonnx[export]'",
+#: Commands that live outside the torch-free runtime: name -> (module with a ``main(argv)``, install hint).
+_EXTRA_COMMANDS = {
+    "export": ("export.cli", "the export step needs the export extra: pip install torch==2.13.0 'bertonnx[export]'"),
+    "parity": ("export.parity", "parity needs the export extra: pip install torch==2.13.0 'bertonnx[export]'"),
+    "bench": ("benchmarks.cli", "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'"),
 }
 
 
@@ -250,27 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
     for p in sub.choices.values():
         p.add_argument("--json", action="store_true", help="print JSON")
 
-    export = sub.add_parser(
-        "export", help="export a BERT checkpoint to a verified model directory (needs bertonnx[export])", add_help=False
-    )
-    export.set_defaults(handler=None, extra="export")
+    for name, help_text in (
+        ("export", "export a BERT checkpoint to a verified model directory (needs bertonnx[export])"),
+        ("parity", "compare every variant of DIR with PyTorch (needs bertonnx[export])"),
+        ("bench", "latency benchmarks against PyTorch (needs bertonnx[bench])"),
+    ):
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def _run_extra(name: str, argv: list[str]) -> int:
+    module_name, hint = _EXTRA_COMMANDS[name]
     try:
-        if name == "export":
-            from export.cli import main as extra_main
+        module = importlib.import_module(module_name)
     except ImportError as exc:
-        print(f"error: {_EXTRA_HINT[name]} ({exc})", file=sys.stderr)
+        print(f"error: {hint} ({exc})", file=sys.stderr)
         return EXIT_ERROR
-    return extra_main(argv)
+    return int(module.main(argv))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bertonnx`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _EXTRA_HINT:
+    if argv and argv[0] in _EXTRA_COMMANDS:
         return _run_extra(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     try:
