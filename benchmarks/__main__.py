@@ -1,0 +1,5 @@
+"""``python -m benchmarks DIR [options]``."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""``bertonnx bench DIR``: run every section, one fresh process per runner, and write the reports.
+
+Order: roofline, correctness check (all runners, before any timing), each runner's grid (torch first,
+then the variants in the manifest), cold-start probes. Processes run strictly one after another with the
+same thread budget. Exit 0 when every runner was correct, 3 when one failed its check (reports are still
+written, with that runner's rows marked failed), 2 for bad options or a bad model directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .coldstart import probe_bertonnx, probe_torch, thread_env
+from .corpus import DEFAULT_CORPUS_SEED, DEFAULT_CORPUS_SIZE, QUICK_CORPUS_SIZE
+from .grid import (
+    DEFAULT_BATCHES,
+    DEFAULT_PLAN,
+    DEFAULT_SEQUENCES,
+    QUICK_BATCHES,
+    QUICK_PLAN,
+    QUICK_SEQUENCES,
+    TimingPlan,
+    bert_flops,
+    parse_sizes,
+)
+from .machine import cpu_facts, now_utc, versions
+from .report import markdown, plot, write_atomic, write_json
+from .worker import progress
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+EXIT_INCORRECT = 3
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+TORCH_RUNNER = "torch"
+DEFAULT_CORPUS_BATCH = 32
+QUICK_CORPUS_BATCH = 16
+#: The grid shape compared across runners in the summary section.
+SUMMARY_SHAPE = (1, 128)
+WORKER_TIMEOUT_S = 6 * 3600
+RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "latency.png"
+#: Tolerance of a runner's own outputs against the outputs the check judged (same file, same threads),
+#: when the manifest does not record the gate's ``exact_max_abs``.
+FALLBACK_RECHECK_MAX_ABS = 1e-4
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertonnx bench", description="Benchmark bertonnx's variants against PyTorch eager fp32."
+    )
+    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    parser.add_argument(
+        "--results-md", type=Path, help="also write the markdown report here (e.g. benchmarks/RESULTS.md)"
+    )
+    parser.add_argument("--reference", help="PyTorch reference for a pretrained export (hub id or checkpoint dir)")
+    parser.add_argument("--runners", help="comma-separated subset of torch and the variants (default: all)")
+    parser.add_argument("--batch", help="batch sizes, e.g. 1,8,32")
+    parser.add_argument("--seq", help="sequence lengths, e.g. 16,128,512")
+    parser.add_argument("--threads", type=int, help="thread budget of every runner (default: physical cores)")
+    parser.add_argument("--quick", action="store_true", help="CI mode: few shapes and runs, small corpus")
+    parser.add_argument("--warmup", type=int, help="untimed calls per shape")
+    parser.add_argument("--min-runs", type=int, help="timed calls per shape, at least")
+    parser.add_argument("--min-time", type=float, help="seconds of timed calls per shape, at least")
+    parser.add_argument("--max-runs", type=int, help="timed calls per shape, at most")
+    parser.add_argument(
+        "--corpus-size", type=int, help=f"corpus inputs (default {DEFAULT_CORPUS_SIZE}, quick {QUICK_CORPUS_SIZE})"
+    )
+    parser.add_argument("--corpus-batch", type=int, help=f"corpus batch size (default {DEFAULT_CORPUS_BATCH})")
+    parser.add_argument("--corpus-seed", type=int, default=DEFAULT_CORPUS_SEED)
+    return parser
+
+
+def _settings(args: argparse.Namespace, max_positions: int) -> dict[str, Any]:
+    base = QUICK_PLAN if args.quick else DEFAULT_PLAN
+    plan = TimingPlan(
+        warmup=base.warmup if args.warmup is None else args.warmup,
+        min_runs=base.min_runs if args.min_runs is None else args.min_runs,
+        min_time_s=base.min_time_s if args.min_time is None else args.min_time,
+        max_runs=base.max_runs if args.max_runs is None else args.max_runs,
+    )
+    batches = parse_sizes(args.batch, "batch") if args.batch else (QUICK_BATCHES if args.quick else DEFAULT_BATCHES)
+    seqs = (
+        parse_sizes(args.seq, "seq", max_positions)
+        if args.seq
+        else (QUICK_SEQUENCES if args.quick else DEFAULT_SEQUENCES)
+    )
+    if max(seqs) > max_positions:
+        raise ValueError(f"sequence lengths must be <= the model's {max_positions} positions, got {max(seqs)}")
+    corpus_size = args.corpus_size or (QUICK_CORPUS_SIZE if args.quick else DEFAULT_CORPUS_SIZE)
+    corpus_batch = args.corpus_batch or (QUICK_CORPUS_BATCH if args.quick else DEFAULT_CORPUS_BATCH)
+    if corpus_size < 2 or corpus_batch < 1:
+        raise ValueError(f"expected --corpus-size >= 2 and --corpus-batch >= 1, got {corpus_size} and {corpus_batch}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    return {
+        "quick": bool(args.quick),
+        "plan": asdict(plan),
+        "shapes": [[b, s] for b in batches for s in seqs],
+        "corpus": {"size": corpus_size, "batch_size": corpus_batch, "seed": args.corpus_seed},
+    }
+
+
+def _runners(requested: str | None, variants: Sequence[str]) -> list[str]:
+    available = [TORCH_RUNNER, *variants]
+    if not requested:
+        return available
+    chosen = [name.strip() for name in requested.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in available]
+    if unknown or not chosen:
+        raise ValueError(f"--runners got {requested!r}; expected a comma-separated subset of {', '.join(available)}")
+    return [name for name in available if name in chosen]
+
+
+class Workers:
+    """Runs worker tasks in fresh processes, one at a time, with the thread budget in their environment."""
+
+    def __init__(self, workdir: Path, threads: int) -> None:
+        self.workdir = workdir
+        self.env = thread_env(threads)
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        self.count = 0
+
+    def run(self, task: str, spec: dict[str, Any]) -> dict[str, Any]:
+        self.count += 1
+        spec_path = self.workdir / f"{self.count:02d}-{task}-spec.json"
+        result_path = self.workdir / f"{self.count:02d}-{task}-result.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks.worker", task, str(spec_path), str(result_path)],
+            env=self.env,
+            cwd=ROOT,
+            timeout=WORKER_TIMEOUT_S,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"benchmark worker {task!r} failed with exit code {proc.returncode} (see its stderr above)"
+            )
+        result: dict[str, Any] = json.loads(result_path.read_text(encoding="utf-8"))
+        return result
+
+
+def _failed_rows(runner: str, shapes: list[list[int]]) -> list[dict[str, Any]]:
+    return [
+        {"runner": runner, "batch": b, "seq": s, "correct": False, "valid": False, "p50_ms": None} for b, s in shapes
+    ]
+
+
+def _add_roofline(rows: list[dict[str, Any]], config: dict[str, Any], roofline: dict[str, Any]) -> None:
+    for row in rows:
+        flops = bert_flops(config, row["batch"], row["seq"])
+        kind = "int8" if "int8" in row["runner"] else "fp32"
+        peak = roofline["int8_gops"] if kind == "int8" else roofline["fp32_gflops"]
+        gflops = flops / (row["p50_ms"] / 1e3) / 1e9
+        row.update(
+            correct=True, valid=True, gflop=flops / 1e9, gflops=gflops, peak_kind=kind, peak_fraction=gflops / peak
+        )
+
+
+def _summary(grid: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    at = {r["runner"]: r["p50_ms"] for r in grid if r["valid"] and (r["batch"], r["seq"]) == SUMMARY_SHAPE}
+    torch_p50 = at.get(TORCH_RUNNER)
+    return [
+        {"runner": name, "p50_ms": p50, "speedup_vs_torch": None if torch_p50 is None else torch_p50 / p50}
+        for name, p50 in at.items()
+    ]
+
+
+def _command_line() -> str:
+    """The command as typed: ``python -m benchmarks ...`` or ``bertonnx bench ...``."""
+    program = Path(sys.argv[0]).name
+    head = [Path(sys.executable).name, "-m", "benchmarks"] if program == "__main__.py" else [program]
+    return shlex.join([*head, *sys.argv[1:]])
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], bool]:
+    """Run every section; return the results and whether every runner was correct."""
+    from bertonnx.manifest import read_manifest
+    from bertonnx.session import physical_cores
+
+    manifest = read_manifest(args.model_dir)
+    directory = manifest.directory.resolve()
+    settings = _settings(args, manifest.max_position_embeddings)
+    runners = _runners(args.runners, list(manifest.variants))
+    variants = [r for r in runners if r != TORCH_RUNNER]
+    threads = args.threads or physical_cores()
+    recheck = float(manifest.data.get("parity_gate", {}).get("exact_max_abs", FALLBACK_RECHECK_MAX_ABS))
+    common = {"dir": str(directory), "threads": threads, "plan": settings["plan"], "reference": args.reference}
+    results: dict[str, Any] = {
+        "format": "bertonnx-bench",
+        "format_version": 1,
+        "date": now_utc(),
+        "command": _command_line(),
+        "argv": list(argv),
+        "versions": versions(),
+        "machine": cpu_facts(),
+        "threads": {"budget": threads, "intra_op": threads, "inter_op": 1, "torch": threads, "torch_interop": 1},
+        "settings": settings,
+        "model": {
+            "directory": str(directory),
+            "source": manifest.data.get("source"),
+            "weights_kind": manifest.weights.get("kind"),
+            "random_weights": manifest.random_weights,
+            "config": manifest.config,
+            "reference": args.reference,
+        },
+    }
+    with tempfile.TemporaryDirectory(prefix="bertonnx-bench-") as tmp:
+        workdir = Path(tmp)
+        workers = Workers(workdir, threads)
+        progress(f"{directory.name}: runners {', '.join(runners)}; {threads} threads; shapes {settings['shapes']}")
+        roofline = workers.run("roofline", common)
+        check = workers.run(
+            "check",
+            {
+                **common,
+                "variants": variants,
+                "cases": str(workdir / "cases.npz"),
+                "checkpoint": str(workdir / "torch-checkpoint"),
+            },
+        )
+        results["model"]["reference_loaded"] = check["reference"]
+        runner_info: dict[str, dict[str, Any]] = {}
+        grid: list[dict[str, Any]] = []
+        overhead: list[dict[str, Any]] = []
+        corpus: list[dict[str, Any]] = []
+        for runner in runners:
+            judged = check["verdicts"].get(runner, {"correct": True, "figures": {}, "breaches": []})
+            info = {"kind": "torch" if runner == TORCH_RUNNER else "onnx", **judged}
+            if runner != TORCH_RUNNER:
+                info["file"] = manifest.variants[runner]["file"]
+            runner_info[runner] = info
+            if not judged["correct"]:
+                progress(f"{runner}: failed the correctness check, not timed")
+                grid += _failed_rows(runner, settings["shapes"])
+                continue
+            spec = {**common, "shapes": settings["shapes"], "cases": str(workdir / "cases.npz")}
+            if runner == TORCH_RUNNER:
+                out = workers.run("torch", spec)
+                info["threads_used"] = out["torch_threads"]
+                info["figures"] = out["check"]["figures"]  # the rebuilt model against the check's reference
+            else:
+                out = workers.run(
+                    "onnx", {**spec, "variant": runner, "corpus": settings["corpus"], "recheck_max_abs": recheck}
+                )
+                info["threads_used"] = out["intra_op_threads"]
+            info["recheck"] = out["check"]
+            if not out["check"]["correct"]:
+                info.update(
+                    correct=False,
+                    breaches=[*info.get("breaches", []), f"re-check in the runner's process: {out['check']}"],
+                )
+                grid += _failed_rows(runner, settings["shapes"])
+                continue
+            _add_roofline(out["grid"], manifest.config, roofline)
+            grid += out["grid"]
+            if "overhead" in out:
+                overhead.append({"runner": runner, **out["overhead"]})
+                corpus.append({"runner": runner, **out["corpus"]})
+        cold: list[dict[str, Any]] = []
+        for runner in runners:
+            if not runner_info[runner]["correct"]:
+                continue
+            if runner == TORCH_RUNNER:
+                probe = probe_torch(Path(check["checkpoint"]), directory, threads, workers.env)
+            else:
+                model_file = directory / manifest.variants[runner]["file"]
+                probe = probe_bertonnx(directory, runner, model_file, threads, workers.env)
+            progress(f"cold start {runner}: {probe['wall_s']:.2f} s, peak RSS {probe['peak_rss_mb']:.0f} MB")
+            cold.append({"runner": runner, **probe})
+    results.update(
+        runners=runner_info,
+        grid=grid,
+        summary_b1_t128=_summary(grid),
+        overhead=overhead,
+        corpus={**settings["corpus"], "results": corpus},
+        cold_start=cold,
+        roofline=roofline,
+    )
+    return results, all(info["correct"] for info in runner_info.values())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bertonnx bench`` and ``python -m benchmarks``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        results, all_correct = run(args, argv)
+    except ValueError as exc:  # includes ModelDirectoryError
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    out: Path = args.out
+    write_json(out / RESULTS_JSON, results)
+    text = markdown(results)
+    write_atomic(out / RESULTS_MD, text.encode("utf-8"))
+    if args.results_md:
+        write_atomic(args.results_md, text.encode("utf-8"))
+    plot(out / RESULTS_PNG, results)
+    progress(f"wrote {out / RESULTS_JSON}, {out / RESULTS_MD}, {out / RESULTS_PNG}")
+    if not all_correct:
+        failed = [name for name, info in results["runners"].items() if not info["correct"]]
+        print(f"error: {', '.join(failed)} failed the correctness check; their rows are marked failed", file=sys.stderr)
+        return EXIT_INCORRECT
+    return EXIT_OK

@@ -1,0 +1,390 @@
+"""``bertonnx parity DIR``: every variant of an export, through the runtime, against PyTorch.
+
+The export gate checks the ONNX graphs with the export's own token ids. This command checks what users
+run: each variant is loaded with the torch-free :class:`bertonnx.BertOnnx`, so the runtime's tokenizer,
+truncation, length-sorted batching and padding are all part of what is compared. The reference is
+transformers' ``BertForPreTraining`` rebuilt the way the export built it (the manifest's source and seed
+for random weights; ``--reference`` or the manifest's source for pretrained ones, with recorded random
+heads seeded the same way), fed ids from transformers' Python ``BertTokenizer`` (BERT's reference
+tokenizer), one input at a time. Inputs: the gate's built-in inputs (``export.gate.GATE_INPUTS``) plus
+user pairs from ``--pairs FILE.tsv``. Figures, comparison and tolerances are the gate's own.
+
+One process, in sequence: all PyTorch work finishes first, then each variant's onnxruntime session is
+built with thread spinning disabled and dropped before the next. onnxruntime's spinning intra-op threads
+steal cores from PyTorch in the same process (on 2 cores that slows the reference several-fold); with the
+reference done first and spinning off, neither pool competes, and we avoid a second process and shipping
+every hidden state between processes.
+
+Exit codes: 0 every variant within tolerance, 1 a breach (an output out of tolerance or a tokenization
+difference), 2 bad usage (missing directory, not an export, unknown variant, unreadable pairs file,
+reference missing or not the exported model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bertonnx import BertOnnx, ModelDirectoryError, RuntimeOptions
+from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manifest
+
+from . import gate
+from .errors import ExportError
+
+EXIT_OK = 0
+EXIT_BREACH = 1
+EXIT_USAGE = 2
+#: Inputs per runtime call; the built-in inputs then run as length-sorted, padded batches.
+RUNTIME_BATCH_SIZE = 8
+_CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
+
+
+class UsageError(Exception):
+    """Bad usage: the message says what was expected and how to fix it (exit 2)."""
+
+
+@dataclass
+class Input:
+    """One parity input: a text or pair, as the reference tokenizer encodes it."""
+
+    text: str
+    pair: str | None
+    ids: list[int] = field(default_factory=list)
+    type_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class VariantResult:
+    """One variant's verdict: gate figures, per-output breaches and tokenization differences."""
+
+    variant: str
+    figures: dict[str, float]
+    breaches: dict[str, list[str]]
+    token_mismatches: list[int]
+
+    @property
+    def passed(self) -> bool:
+        return not self.token_mismatches and not any(self.breaches.values())
+
+
+def read_pairs(path: Path) -> list[tuple[str, str | None]]:
+    """Inputs from a TSV file: ``text_a<TAB>text_b`` per line; a line without a tab is a single text.
+
+    Raises:
+        UsageError: the file is missing or not UTF-8 text.
+    """
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read --pairs {path} ({exc}); expected a UTF-8 text_a<TAB>text_b file") from None
+    inputs: list[tuple[str, str | None]] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        text, tab, pair = line.partition("\t")
+        inputs.append((text, pair if tab else None))
+    return inputs
+
+
+def _check_export(model_dir: str) -> Manifest:
+    try:
+        return read_manifest(model_dir)
+    except ModelDirectoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _variants(manifest: Manifest, requested: str | None) -> list[str]:
+    present = list(manifest.variants)
+    if requested is None:
+        return present
+    chosen = [v.strip() for v in requested.split(",") if v.strip()]
+    unknown = [v for v in chosen if v not in present]
+    if unknown or not chosen:
+        raise UsageError(
+            f"--variants must name variants present in {manifest.directory} ({', '.join(present)}), "
+            f"got {', '.join(unknown) or 'none'}"
+        )
+    return chosen
+
+
+def load_reference(manifest: Manifest, reference: str | None) -> Any:
+    """Rebuild the PyTorch model the export was made from (``export.source.Source``).
+
+    Raises:
+        UsageError: the reference cannot be loaded, or it is not the exported architecture.
+    """
+    from .source import load_source
+
+    weights = manifest.weights
+    source = manifest.data.get("source") or {}
+    model = reference or source.get("model")
+    if not model:
+        raise UsageError(f"{manifest.directory / MANIFEST_FILE} names no source model; pass --reference MODEL_OR_DIR")
+    random = weights.get("kind") == "random"
+    seed = int(weights.get("seed") or 0)
+    revision = source.get("revision") if reference is None and source.get("kind") == "hub" else None
+    try:
+        loaded = load_source(
+            model,
+            weights="random" if random else "pretrained",
+            seed=seed,
+            allow_random_heads=bool(weights.get("random_heads")),
+            revision=revision,
+        )
+    except ExportError as exc:
+        raise UsageError(
+            f"cannot load the PyTorch reference {model!r}: {exc}\nPass --reference with the checkpoint "
+            "directory (or hub id) the export was made from."
+        ) from None
+    config = loaded.model.config
+    differs = [
+        f"{key} {getattr(config, key)} != {manifest.config[key]}"
+        for key in _CONFIG_KEYS
+        if getattr(config, key) != manifest.config[key]
+    ]
+    if differs:
+        raise UsageError(f"the reference {model!r} is not the exported model: {'; '.join(differs)}")
+    if sorted(loaded.weights.get("random_heads", [])) != sorted(weights.get("random_heads") or []):
+        raise UsageError(
+            f"the reference {model!r} has random heads {loaded.weights.get('random_heads')} but the export "
+            f"recorded {weights.get('random_heads')}; pass the checkpoint the export was made from"
+        )
+    return loaded
+
+
+def _reference_tokenizer(source: Any) -> Any:
+    """transformers' Python ``BertTokenizer`` with the reference's vocabulary and casing."""
+    from transformers import BertTokenizer
+
+    fast = source.tokenizer
+    with tempfile.TemporaryDirectory() as tmp:
+        (vocab_file,) = fast.save_vocabulary(tmp)
+        return BertTokenizer(vocab_file=vocab_file, do_lower_case=bool(getattr(fast, "do_lower_case", True)))
+
+
+def reference_run(
+    source: Any, inputs: list[tuple[str, str | None]], max_length: int
+) -> tuple[list[Input], list[gate.Case], list[dict[str, np.ndarray]]]:
+    """Tokenize with the reference tokenizer and run PyTorch on each input alone."""
+    from transformers.utils import logging as hf_logging
+
+    from .graph import BertWithHeads
+
+    hf_logging.set_verbosity_error()  # the slow tokenizer warns on every truncated pair
+    tokenizer = _reference_tokenizer(source)
+    encoded = []
+    for text, pair in inputs:
+        enc = tokenizer(text, pair, truncation="longest_first", max_length=max_length, return_token_type_ids=True)
+        encoded.append(Input(text, pair, list(enc["input_ids"]), list(enc["token_type_ids"])))
+    cases = [
+        gate.make_case(f"input {i} ({len(item.ids)} tokens{', pair' if item.pair is not None else ''})", [item])
+        for i, item in enumerate(encoded)
+    ]
+    reference = gate.reference_outputs(BertWithHeads(source.model).eval(), cases)
+    return encoded, cases, reference
+
+
+def runtime_run(model: BertOnnx, inputs: list[Input]) -> tuple[list[list[int]], list[dict[str, np.ndarray]]]:
+    """Run singles and pairs through the runtime in padded batches; per-input ids and outputs."""
+    ids: list[list[int]] = [[] for _ in inputs]
+    outputs: list[dict[str, np.ndarray]] = [{} for _ in inputs]
+    max_length = model.max_length
+    for is_pair in (False, True):
+        rows = [i for i, item in enumerate(inputs) if (item.pair is not None) == is_pair]
+        if not rows:
+            continue
+        texts = [inputs[i].text for i in rows]
+        pairs = [inputs[i].pair or "" for i in rows] if is_pair else None
+        out = model(texts, pairs, batch_size=RUNTIME_BATCH_SIZE, truncation=True, max_length=max_length)
+        assert out.last_hidden_state is not None  # hidden_states=True is the default
+        for k, row in enumerate(rows):
+            item = inputs[row]
+            ids[row] = model.tokenize(item.text, item.pair, truncation=True, max_length=max_length).ids
+            n = int(out.lengths[k])
+            outputs[row] = {
+                "last_hidden_state": out.last_hidden_state[k : k + 1, :n],
+                "pooler_output": out.pooler_output[k : k + 1],
+                "nsp_logits": out.nsp_logits[k : k + 1],
+            }
+    return ids, outputs
+
+
+def check_variant(
+    manifest: Manifest,
+    variant: str,
+    inputs: list[Input],
+    cases: list[gate.Case],
+    reference: list[dict[str, np.ndarray]],
+) -> VariantResult:
+    """Run one variant through the runtime (spinning off) and compare it with the reference outputs."""
+    model = BertOnnx(manifest.directory, variant, options=RuntimeOptions(allow_spinning=False))
+    ids, candidate = runtime_run(model, inputs)
+    del model
+    mismatches = [i for i, item in enumerate(inputs) if ids[i] != item.ids]
+    keep = [i for i in range(len(inputs)) if i not in mismatches]
+    figures = gate.compare([cases[i] for i in keep], [reference[i] for i in keep], [candidate[i] for i in keep])
+    return VariantResult(variant, figures, gate.breaches_by_output(variant, figures), mismatches)
+
+
+def _limit(variant: str, name: str) -> str:
+    if variant != "int8":
+        return f"max abs <= {gate.EXACT_MAX_ABS:g}"
+    limit = f"cos >= {gate.INT8_THRESHOLDS[f'{name}_min_cosine']}"
+    if name == "nsp_logits":
+        limit += f", agree >= {gate.INT8_THRESHOLDS['nsp_argmax_agreement']}"
+    return limit
+
+
+def table_rows(results: list[VariantResult]) -> list[list[str]]:
+    """Header and one row per variant and output (plus a tokenization row per variant)."""
+    rows = [["variant", "output", "max abs diff", "min cosine", "NSP argmax agreement", "limit", "result"]]
+    for result in results:
+        for name in OUTPUT_NAMES:
+            agreement = f"{result.figures['nsp_argmax_agreement']:.3f}" if name == "nsp_logits" else ""
+            rows.append(
+                [
+                    result.variant,
+                    name,
+                    f"{result.figures[f'{name}_max_abs']:.3g}",
+                    f"{result.figures[f'{name}_min_cosine']:.6f}",
+                    agreement,
+                    _limit(result.variant, name),
+                    "FAIL" if result.breaches[name] else "pass",
+                ]
+            )
+        rows.append(
+            [
+                result.variant,
+                "tokenization",
+                "",
+                "",
+                "",
+                "ids equal",
+                f"FAIL ({len(result.token_mismatches)} inputs)" if result.token_mismatches else "pass",
+            ]
+        )
+    return rows
+
+
+def _plain_table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _markdown_table(rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
+    lines += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+    return "\n".join(lines)
+
+
+def _problems(results: list[VariantResult], inputs: list[Input]) -> list[str]:
+    found = []
+    for result in results:
+        found += [p for problems in result.breaches.values() for p in problems]
+        for i in result.token_mismatches:
+            found.append(f"{result.variant}: tokenization of input {i} differs from BertTokenizer: {inputs[i].text!r}")
+    return found
+
+
+def write_report(path: Path, header: list[str], rows: list[list[str]], problems: list[str]) -> None:
+    """Write the markdown report atomically: a temporary file beside ``path``, then a rename."""
+    text = "\n".join(["# bertonnx parity", "", *header, "", _markdown_table(rows), ""])
+    text += "\n## Breaches\n\n" + ("\n".join(f"- {p}" for p in problems) if problems else "None.") + "\n"
+    path = path.expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bertonnx parity",
+        description="Compare every variant of an export, run through the bertonnx runtime, with PyTorch.",
+        epilog="exit codes: 0 all within tolerance, 1 a breach, 2 bad usage",
+    )
+    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    parser.add_argument(
+        "--reference",
+        metavar="MODEL_OR_DIR",
+        help="checkpoint directory or hub id of the PyTorch reference (default: the manifest's source)",
+    )
+    parser.add_argument("--pairs", metavar="FILE.tsv", help="more inputs: text_a<TAB>text_b per line, or one text")
+    parser.add_argument("--report", metavar="FILE.md", help="write a markdown report")
+    parser.add_argument("--variants", help="comma-separated variants to check (default: all in DIR)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the comparison for parsed ``args``; return the exit code."""
+    manifest = _check_export(args.model_dir)
+    variants = _variants(manifest, args.variants)
+    inputs: list[tuple[str, str | None]] = list(gate.GATE_INPUTS)
+    user_inputs = read_pairs(Path(args.pairs)) if args.pairs else []
+    inputs += user_inputs
+    source = load_reference(manifest, args.reference)
+    encoded, cases, reference = reference_run(source, inputs, manifest.max_position_embeddings)
+    del source
+    results = [check_variant(manifest, variant, encoded, cases, reference) for variant in variants]
+    rows = table_rows(results)
+    problems = _problems(results, encoded)
+    weights = manifest.weights
+    origin = args.reference or manifest.data["source"]
+    header = [
+        f"- directory: `{manifest.directory}`",
+        f"- reference: transformers BertForPreTraining (PyTorch, fp32) from `{origin}`",
+        f"- weights: {weights.get('kind')}"
+        + (f", seed {weights.get('seed')}" if weights.get("seed") is not None else "")
+        + (f", random heads {weights.get('random_heads')}" if weights.get("random_heads") else ""),
+        f"- inputs: {len(gate.GATE_INPUTS)} built-in + {len(user_inputs)} from --pairs, through BertOnnx "
+        f"(batches of {RUNTIME_BATCH_SIZE}, truncation at {manifest.max_position_embeddings} tokens)",
+        f"- verdict: {'FAIL' if problems else 'pass'}",
+    ]
+    if args.report:
+        write_report(Path(args.report), header, rows, problems)
+    if args.json:
+        payload = {
+            "directory": str(manifest.directory),
+            "inputs": len(encoded),
+            "passed": not problems,
+            "variants": {
+                r.variant: {"passed": r.passed, "figures": r.figures, "token_mismatches": r.token_mismatches}
+                for r in results
+            },
+            "breaches": problems,
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print("\n".join(line.removeprefix("- ") for line in header))
+        print(_plain_table(rows))
+        for problem in problems:
+            print(f"FAIL {problem}")
+    return EXIT_BREACH if problems else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bertonnx parity``."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
+        return int(exc.code or 0)
+    try:
+        return run(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
