@@ -238,10 +238,10 @@ def check_variant(
 def _limit(variant: str, name: str) -> str:
     if variant != "int8":
         return f"max abs <= {gate.EXACT_MAX_ABS:g}"
-    limit = f"cos >= {gate.INT8_THRESHOLDS[f'{name}_min_cosine']}"
     if name == "nsp_logits":
-        limit += f", agree >= {gate.INT8_THRESHOLDS['nsp_argmax_agreement']}"
-    return limit
+        limits = gate.INT8_THRESHOLDS
+        return f"P(is next) abs <= {limits['nsp_probability_max_abs']}, agree >= {limits['nsp_argmax_agreement']}"
+    return f"cos >= {gate.INT8_THRESHOLDS[f'{name}_min_cosine']}"
 
 
 def table_rows(results: list[VariantResult]) -> list[list[str]]:

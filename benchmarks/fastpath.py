@@ -1,0 +1,470 @@
+"""Search for an accurate fast path: quantization recipes, their accuracy on real weights and their speed.
+
+``python -m benchmarks.fastpath --accuracy-dir MINILM_EXPORT --reference CKPT --latency-dir BERT_BASE_EXPORT``
+builds every recipe from each directory's ``model.onnx``, measures accuracy against PyTorch fp32 on real
+text with the real-weights export (random weights hide quantization damage), and the B1×T128 latency of the
+same recipe on bert-base in a fresh process per recipe with the same thread budget. It writes a markdown
+table (``--out``). Recipes:
+
+- ``dyn-int8-tensor`` / ``dyn-int8-channel``: onnxruntime dynamic int8, per-tensor / per-channel weights.
+- ``fused-dyn-int8-channel``: the same on the transformer-fused graph (QAttention).
+- ``smooth-A``: SmoothQuant-style scales (migration strength A) before every weight MatMul, then
+  per-channel dynamic int8.
+- ``outliers-K``: LLM.int8()-style decomposition: the K input channels with the largest calibrated
+  magnitude go through an fp32 MatMul, the rest through int8; ``-row`` also scales each token row to unit
+  max before quantizing (per-token activation scales).
+- ``nbits8-bB`` / ``nbits8-mha-bB``: ``MatMulNBits`` 8-bit weights in blocks of B along K with int8 compute
+  and blockwise activation quantization (``accuracy_level`` 4), on the plain / MultiHeadAttention-fused graph.
+- ``only-GROUP``: per-channel dynamic int8 on one group of MatMuls (qkv, attn-out, ffn-in, ffn-out), the
+  rest fp32: which layers lose the accuracy.
+
+Nothing here is imported by the runtime or the export; it needs the export and bench extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CALIBRATION_TEXTS = 32
+LATENCY_SHAPE = (1, 128)
+LATENCY_SECONDS = 6.0
+WARMUP_RUNS = 5
+SMOOTH_EPS = 1e-5
+ROW_EPS = 1e-6
+GROUPS = {
+    "qkv": ("/query/", "/key/", "/value/"),
+    "attn-out": ("/attention/output/dense/",),
+    "ffn-in": ("/intermediate/dense/",),
+    "ffn-out": ("/output/dense/",),
+}
+DEFAULT_RECIPES = (
+    "fp32",
+    "dyn-int8-tensor",
+    "dyn-int8-channel",
+    "fused-dyn-int8-channel",
+    "smooth-0.5",
+    "smooth-0.7",
+    "outliers-4",
+    "outliers-8-row",
+    "nbits8-b32",
+    "nbits8-mha-b32",
+    "nbits8-mha-b64",
+    "only-qkv",
+    "only-attn-out",
+    "only-ffn-in",
+    "only-ffn-out",
+)
+#: Sentences for calibration and evaluation (real English, varied topics and lengths).
+SENTENCES = (
+    "The history of natural language processing generally started in the 1950s.",
+    "Alan Turing published an article titled Computing Machinery and Intelligence.",
+    "The weather is nice today and I agree with you that we should go for a walk in the park before it rains.",
+    "Stock markets fell sharply on Monday after the central bank raised interest rates by half a percentage point.",
+    "She plays the violin in the city orchestra and teaches music at a local school.",
+    "How do I reset my password if I no longer have access to my email account?",
+    "The recipe calls for two cups of flour, one egg, and a pinch of salt.",
+    "Researchers found that the new vaccine was effective in more than ninety percent of participants.",
+    "Please remember to turn off the lights when you leave the office.",
+    "The river flooded the valley after three days of heavy rain.",
+    "He went to the store and bought a gallon of milk.",
+    "Penguins are flightless birds that live almost exclusively in the southern hemisphere.",
+    "Our flight was delayed by four hours because of a mechanical problem.",
+    "The committee will publish its final report at the end of the year.",
+    "Can you recommend a good book about the history of mathematics?",
+    "The museum reopened last week after a two-year renovation.",
+)
+
+
+def _texts() -> tuple[list[str], list[tuple[str, str]]]:
+    from export.gate import GATE_INPUTS
+
+    rng = np.random.default_rng(0)
+    singles = [" ".join(rng.choice(SENTENCES, size=int(rng.integers(1, 6)))) for _ in range(90)]
+    singles += [text for text, pair in GATE_INPUTS if pair is None]
+    pairs = [(SENTENCES[i], SENTENCES[(i + 1) % len(SENTENCES)]) for i in range(len(SENTENCES))]
+    pairs += [(text, pair) for text, pair in GATE_INPUTS if pair is not None]
+    return singles, pairs
+
+
+def _feeds(encoding: Any) -> dict[str, np.ndarray]:
+    n = len(encoding.ids)
+    return {
+        "input_ids": np.array([encoding.ids], dtype=np.int64),
+        "attention_mask": np.ones((1, n), dtype=np.int64),
+        "token_type_ids": np.array([encoding.type_ids], dtype=np.int64),
+    }
+
+
+def _encodings(directory: Path) -> list[dict[str, np.ndarray]]:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(512)
+    singles, pairs = _texts()
+    return [_feeds(tokenizer.encode(t)) for t in singles] + [_feeds(tokenizer.encode(a, b)) for a, b in pairs]
+
+
+# -- graph transforms -------------------------------------------------------------------------------------
+
+
+def _weight_matmuls(model: Any) -> dict[str, list[Any]]:
+    """Weight MatMuls grouped by their activation input (Q, K and V share one)."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for node in model.graph.node:
+        if (
+            node.op_type == "MatMul"
+            and node.input[1] in inits
+            and numpy_helper.to_array(inits[node.input[1]]).ndim == 2
+        ):
+            groups[node.input[0]].append(node)
+    return groups
+
+
+def _calibrate(source: Path, names: list[str], feeds: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-channel max |x| of each named activation over the calibration inputs."""
+    import onnx
+    import onnxruntime as ort
+
+    probe = onnx.load(str(source))
+    for name in names:
+        probe.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    peak: dict[str, np.ndarray] = {}
+    for feed in feeds[:CALIBRATION_TEXTS]:
+        for name, value in zip(names, session.run(names, feed), strict=True):
+            current = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
+            peak[name] = np.maximum(peak[name], current) if name in peak else current
+    return peak
+
+
+def _smooth(source: Path, target: Path, alpha: float, feeds: list[dict[str, np.ndarray]]) -> None:
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    inits = {i.name: i for i in model.graph.initializer}
+    groups = _weight_matmuls(model)
+    peak = _calibrate(source, list(groups), feeds)
+    for x, nodes in groups.items():
+        weights = [numpy_helper.to_array(inits[n.input[1]]) for n in nodes]
+        wmax = np.max(np.stack([np.abs(w).max(axis=1) for w in weights]), axis=0)
+        scale = (np.maximum(peak[x], SMOOTH_EPS) ** alpha / np.maximum(wmax, SMOOTH_EPS) ** (1 - alpha)).astype(
+            np.float32
+        )
+        inverse = f"{x}_smooth_inv"
+        model.graph.initializer.append(numpy_helper.from_array((1.0 / scale).astype(np.float32), inverse))
+        position = min(i for i, n in enumerate(model.graph.node) if n in nodes)
+        model.graph.node.insert(position, helper.make_node("Mul", [x, inverse], [f"{x}_smoothed"], name=f"{x}_Smooth"))
+        for node, weight in zip(nodes, weights, strict=True):
+            node.input[0] = f"{x}_smoothed"
+            inits[node.input[1]].CopyFrom(numpy_helper.from_array(weight * scale[:, None], node.input[1]))
+    onnx.save(model, str(target))
+
+
+def _outliers(source: Path, target: Path, k: int, rowscale: bool, feeds: list[dict[str, np.ndarray]]) -> list[str]:
+    """Split each weight MatMul into int8 inliers and fp32 outlier channels; return the fp32 node names."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(source))
+    inits = {i.name: i for i in model.graph.initializer}
+    groups = _weight_matmuls(model)
+    peak = _calibrate(source, list(groups), feeds)
+    keep_fp32 = []
+    for x, nodes in groups.items():
+        index = np.sort(np.argsort(-peak[x])[:k]).astype(np.int64)
+        mask = np.ones_like(peak[x], dtype=np.float32)
+        mask[index] = 0.0
+        model.graph.initializer.extend(
+            [numpy_helper.from_array(mask, f"{x}_mask"), numpy_helper.from_array(index, f"{x}_outlier_idx")]
+        )
+        chain = [
+            helper.make_node("Gather", [x, f"{x}_outlier_idx"], [f"{x}_outl"], axis=-1),
+            helper.make_node("Mul", [x, f"{x}_mask"], [f"{x}_masked" if rowscale else f"{x}_inl"]),
+        ]
+        if rowscale:
+            model.graph.initializer.append(numpy_helper.from_array(np.array(ROW_EPS, np.float32), f"{x}_eps"))
+            chain += [
+                helper.make_node("Abs", [f"{x}_masked"], [f"{x}_abs"]),
+                helper.make_node("ReduceMax", [f"{x}_abs"], [f"{x}_rmax0"], axes=[-1], keepdims=1),
+                helper.make_node("Add", [f"{x}_rmax0", f"{x}_eps"], [f"{x}_rmax"]),
+                helper.make_node("Div", [f"{x}_masked", f"{x}_rmax"], [f"{x}_inl"]),
+            ]
+        position = min(i for i, n in enumerate(model.graph.node) if n in nodes)
+        for node in reversed(chain):
+            model.graph.node.insert(position, node)
+        for node in nodes:
+            weight = numpy_helper.to_array(inits[node.input[1]])
+            rows = f"{node.input[1]}_outlier_rows"
+            model.graph.initializer.append(numpy_helper.from_array(weight[index], rows))
+            out = node.output[0]
+            node.input[0] = f"{x}_inl"
+            node.output[0] = f"{out}_int8"
+            tail = [helper.make_node("MatMul", [f"{x}_outl", rows], [f"{out}_fp32"], name=f"{node.name}_outliers")]
+            inlier = f"{out}_int8"
+            if rowscale:
+                tail.append(helper.make_node("Mul", [f"{out}_int8", f"{x}_rmax"], [f"{out}_rescaled"]))
+                inlier = f"{out}_rescaled"
+            tail.append(helper.make_node("Add", [inlier, f"{out}_fp32"], [out]))
+            position = list(model.graph.node).index(node) + 1
+            for extra in reversed(tail):
+                model.graph.node.insert(position, extra)
+            keep_fp32.append(f"{node.name}_outliers")
+    onnx.save(model, str(target))
+    return keep_fp32
+
+
+def _group_of(name: str) -> str | None:
+    for group, patterns in GROUPS.items():
+        if any(p in name for p in patterns) and not (group == "ffn-out" and "/attention/" in name):
+            return group
+    return None
+
+
+def build(
+    recipe: str, directory: Path, work: Path, feeds: list[dict[str, np.ndarray]], heads: int, hidden: int
+) -> Path:
+    """Build ``recipe`` from ``directory``'s fp32 graph into ``work``; return the model path."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source = directory / "model.onnx"
+    target = work / f"{recipe}.onnx"
+    dynamic: Callable[..., None] = lambda src, **kw: quantize_dynamic(  # noqa: E731
+        str(src), str(target), op_types_to_quantize=["MatMul", "Attention"], weight_type=QuantType.QInt8, **kw
+    )
+    if recipe == "fp32":
+        return source
+    if recipe in ("dyn-int8-tensor", "dyn-int8-channel"):
+        dynamic(source, per_channel=recipe.endswith("channel"))
+    elif recipe == "fused-dyn-int8-channel":
+        dynamic(
+            directory / "model_optimized.onnx",
+            per_channel=True,
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+    elif recipe.startswith("smooth-"):
+        smoothed = work / f"{recipe}.fp32.onnx"
+        _smooth(source, smoothed, float(recipe.split("-")[1]), feeds)
+        dynamic(smoothed, per_channel=True)
+    elif recipe.startswith("outliers-"):
+        split = work / f"{recipe}.fp32.onnx"
+        parts = recipe.split("-")
+        keep = _outliers(source, split, int(parts[1]), parts[-1] == "row", feeds)
+        dynamic(split, per_channel=True, nodes_to_exclude=keep)
+    elif recipe.startswith("only-"):
+        group = recipe.removeprefix("only-")
+        names = [n.name for n in onnx.load(str(source), load_external_data=False).graph.node if n.op_type == "MatMul"]
+        dynamic(source, per_channel=True, nodes_to_exclude=[n for n in names if _group_of(n) != group])
+    elif recipe.startswith("nbits"):
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        graph: Any = onnx.load(str(source))
+        if "-mha-" in recipe:
+            from onnxruntime.transformers.fusion_options import FusionOptions
+            from onnxruntime.transformers.optimizer import optimize_model
+
+            options = FusionOptions("bert")
+            options.use_multi_head_attention = True
+            graph = optimize_model(str(source), "bert", heads, hidden, options, opt_level=0).model
+        logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+        quantizer = MatMulNBitsQuantizer(
+            graph, bits=8, block_size=int(recipe.rsplit("-b", 1)[1]), is_symmetric=True, accuracy_level=4
+        )
+        quantizer.process()
+        quantizer.model.save_model_to_file(str(target), False)
+    else:
+        raise ValueError(f"unknown recipe {recipe!r}; expected one of {', '.join(DEFAULT_RECIPES)}")
+    return target
+
+
+# -- measurements -----------------------------------------------------------------------------------------
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return np.sum(a64 * b64, -1) / (np.linalg.norm(a64, axis=-1) * np.linalg.norm(b64, axis=-1))
+
+
+def accuracy(
+    path: Path, feeds: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]]
+) -> dict[str, float]:
+    """Worst cosines vs PyTorch (hidden states per token, pooler, mean-pooled), NSP agreement and prob diff."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    hidden, pooler, mean, agree, prob = [], [], [], 0, 0.0
+    for feed, ref in zip(feeds, reference, strict=True):
+        lhs, pooled, nsp = session.run(["last_hidden_state", "pooler_output", "nsp_logits"], feed)
+        hidden.append(_cosines(lhs[0], ref["last_hidden_state"][0]).min())
+        pooler.append(_cosines(pooled[0], ref["pooler_output"][0]))
+        mean.append(_cosines(lhs[0].mean(0), ref["last_hidden_state"][0].mean(0)))
+        agree += int(np.argmax(nsp) == np.argmax(ref["nsp_logits"]))
+        p = [
+            np.exp(z[0, 0]) / np.exp(z[0]).sum() for z in (nsp.astype(np.float64), ref["nsp_logits"].astype(np.float64))
+        ]
+        prob = max(prob, abs(p[0] - p[1]))
+    return {
+        "hidden_min_cos": float(min(hidden)),
+        "pooler_min_cos": float(min(pooler)),
+        "mean_pooled_min_cos": float(min(mean)),
+        "nsp_agreement": agree / len(feeds),
+        "nsp_prob_max_diff": float(prob),
+    }
+
+
+_LATENCY_SCRIPT = """
+import json, sys, time, numpy as np, onnxruntime as ort
+path, seconds = sys.argv[1], float(sys.argv[5])
+threads, b, t, warmup = (int(v) for v in (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6]))
+so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
+s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(0)
+f = {"input_ids": rng.integers(1000, 30000, (b, t)), "attention_mask": np.ones((b, t), np.int64),
+     "token_type_ids": np.zeros((b, t), np.int64)}
+for _ in range(warmup): s.run(None, f)
+times, end = [], time.perf_counter() + seconds
+while time.perf_counter() < end or len(times) < 10:
+    t0 = time.perf_counter(); s.run(None, f); times.append((time.perf_counter() - t0) * 1e3)
+print(json.dumps({"p50_ms": float(np.median(times)), "min_ms": float(np.min(times)), "runs": len(times)}))
+"""
+
+
+def latency(path: Path, threads: int) -> dict[str, float]:
+    """B1×T128 latency of ``path`` in a fresh process with ``threads`` intra-op threads."""
+    batch, seq = LATENCY_SHAPE
+    args = [str(path), str(threads), str(batch), str(seq), str(LATENCY_SECONDS), str(WARMUP_RUNS)]
+    out = subprocess.run([sys.executable, "-c", _LATENCY_SCRIPT, *args], capture_output=True, text=True, check=True)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _reference(
+    directory: Path, checkpoint: str | None, feeds: list[dict[str, np.ndarray]]
+) -> list[dict[str, np.ndarray]]:
+    import torch
+
+    from bertonnx.manifest import read_manifest
+    from export.graph import BertWithHeads
+    from export.source import load_source
+
+    manifest = read_manifest(directory)
+    weights = manifest.weights
+    if weights["kind"] == "random":
+        source = load_source(manifest.data["source"]["model"], weights="random", seed=weights["seed"])
+    else:
+        model = checkpoint or manifest.data["source"]["model"]
+        source = load_source(model, allow_random_heads=bool(weights["random_heads"]), seed=weights["seed"] or 0)
+    module = BertWithHeads(source.model).eval()
+    with torch.inference_mode():
+        return [
+            {k: v.numpy() for k, v in module(**{n: torch.from_numpy(a) for n, a in f.items()}).items()} for f in feeds
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fastpath", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--accuracy-dir", type=Path, required=True, help="export with real weights (e.g. MiniLM)")
+    parser.add_argument("--reference", help="its checkpoint directory (default: the manifest's source)")
+    parser.add_argument("--latency-dir", type=Path, help="bert-base export for latency (default: skip latency)")
+    parser.add_argument("--recipes", default=",".join(DEFAULT_RECIPES))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, help="write the markdown table here")
+    args = parser.parse_args(argv)
+    from bertonnx.manifest import read_manifest
+
+    feeds = _encodings(args.accuracy_dir)
+    reference = _reference(args.accuracy_dir, args.reference, feeds)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bertonnx-fastpath-") as tmp:
+        work = Path(tmp)
+        for recipe in args.recipes.split(","):
+            acc_config = read_manifest(args.accuracy_dir).config
+            (work / "acc").mkdir(exist_ok=True)
+            path = build(
+                recipe,
+                args.accuracy_dir,
+                work / "acc",
+                feeds,
+                acc_config["num_attention_heads"],
+                acc_config["hidden_size"],
+            )
+            row: dict[str, Any] = {"recipe": recipe, **accuracy(path, feeds, reference)}
+            if args.latency_dir is not None:
+                lat_config = read_manifest(args.latency_dir).config
+                (work / "lat").mkdir(exist_ok=True)
+                lat_feeds = _encodings(args.latency_dir)
+                lat_path = build(
+                    recipe,
+                    args.latency_dir,
+                    work / "lat",
+                    lat_feeds,
+                    lat_config["num_attention_heads"],
+                    lat_config["hidden_size"],
+                )
+                row.update(latency(lat_path, args.threads))
+                if lat_path.parent == work / "lat":
+                    for produced in (work / "lat").glob(f"{recipe}*"):
+                        produced.unlink()
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    import platform
+    import shlex
+    from datetime import datetime, timezone
+
+    import onnxruntime
+
+    accuracy_source = read_manifest(args.accuracy_dir).data["source"]
+    header = [
+        "# Fast-path search: accuracy on real weights, latency on bert-base",
+        "",
+        f"- command: `{shlex.join(['python', '-m', 'benchmarks.fastpath', *(argv or sys.argv[1:])])}`",
+        f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}; onnxruntime {onnxruntime.__version__}, "
+        f"python {platform.python_version()}, {args.threads} threads, latency at batch {LATENCY_SHAPE[0]} x "
+        f"{LATENCY_SHAPE[1]} tokens ({LATENCY_SECONDS:g} s per recipe, fresh process each)",
+        f"- accuracy: {accuracy_source['model']} ({len(feeds)} inputs: generated sentences, pairs and the export "
+        "gate's inputs up to 512 tokens) against PyTorch fp32; worst case over inputs",
+        "",
+    ]
+    keys = [
+        "recipe",
+        "p50_ms",
+        "min_ms",
+        "hidden_min_cos",
+        "mean_pooled_min_cos",
+        "pooler_min_cos",
+        "nsp_agreement",
+        "nsp_prob_max_diff",
+    ]
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for row in rows:
+        cells = [row.get(k) for k in keys]
+        lines.append("| " + " | ".join(f"{c:.5g}" if isinstance(c, float) else str(c) for c in cells) + " |")
+    text = "\n".join(header + lines) + "\n"
+    print(text)
+    if args.out:
+        partial = args.out.with_name(f".{args.out.name}.partial")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
