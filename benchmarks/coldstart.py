@@ -70,8 +70,13 @@ def _run_probe(body: str, env: dict[str, str]) -> dict[str, Any]:
 
 
 def _with_file(result: dict[str, Any], path: Path) -> dict[str, Any]:
-    size_mb = path.stat().st_size / BYTES_PER_MB
-    result.update(file=path.name, file_mb=size_mb, rss_per_file_mb=result["peak_rss_mb"] / size_mb)
+    """Add the model's size on disk: the file plus its external-data file, when it has one."""
+    from bertonnx.manifest import EXTERNAL_DATA_SUFFIX
+
+    data = path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
+    size_mb = (path.stat().st_size + (data.stat().st_size if data.is_file() else 0)) / BYTES_PER_MB
+    name = path.name + (f" + {data.name}" if data.is_file() else "")
+    result.update(file=name, file_mb=size_mb, rss_per_file_mb=result["peak_rss_mb"] / size_mb)
     return result
 
 

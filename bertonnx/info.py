@@ -81,10 +81,11 @@ def describe(manifest: Manifest) -> dict[str, Any]:
     directory = manifest.directory
     variants = {}
     for name, record in manifest.variants.items():
-        path = directory / record["file"]
+        paths = [directory / file for file in manifest.variant_files(name)]
         variants[name] = {
             "file": record["file"],
-            "size_bytes": path.stat().st_size if path.is_file() else None,
+            "data_file": record.get("data_file"),
+            "size_bytes": sum(p.stat().st_size for p in paths) if all(p.is_file() for p in paths) else None,
             "parity": record.get("parity"),
             **({"fusions": record["fusions"]} if "fusions" in record else {}),
         }

@@ -18,6 +18,7 @@ from .errors import ModelDirectoryError
 
 __all__ = [
     "CONFIG_FILE",
+    "EXTERNAL_DATA_SUFFIX",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "INPUT_NAMES",
@@ -45,6 +46,10 @@ VARIANT_FILES: dict[str, str] = {
     "optimized": "model_optimized.onnx",
     "int8": "model_int8.onnx",
 }
+
+#: A variant's weights live beside its graph in ``<file>.data`` (ONNX external data): onnxruntime then
+#: memory-maps them instead of copying them out of the protobuf, which nearly halves load time and peak RSS.
+EXTERNAL_DATA_SUFFIX = ".data"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUT_NAMES = ("last_hidden_state", "pooler_output", "nsp_logits")
@@ -148,6 +153,11 @@ class Manifest:
         """True when any exported weight was initialised from a seed rather than trained."""
         weights = self.data["weights"]
         return weights.get("kind") == "random" or bool(weights.get("random_heads"))
+
+    def variant_files(self, variant: str) -> list[str]:
+        """The files of ``variant``: its graph, then its external-data file when it has one."""
+        record = self.data["variants"][variant]
+        return [record["file"], *([record["data_file"]] if record.get("data_file") else [])]
 
     def record(self, name: str) -> FileRecord:
         """The manifest record of file ``name``.

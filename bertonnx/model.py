@@ -81,7 +81,7 @@ class BertOnnx:
             variant: one of the variants the directory holds (``fp32``, ``optimized``, ``int8``).
             threads: intra-op threads (default: physical cores); overrides ``options.threads``.
             options: onnxruntime settings (spinning, arena, inter-op threads ...).
-            verify: ``size`` (default) or ``sha256`` (also hash the model file against the manifest).
+            verify: ``size`` (default) or ``sha256`` (also hash the model's files against the manifest).
                 Small files (tokenizer, config) are always hashed.
 
         Raises:
@@ -107,9 +107,10 @@ class BertOnnx:
                 f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}. "
                 f"Pick one of those, or re-export with --variants {variant}."
             )
-        model_path = manifest.record(manifest.variants[variant]["file"]).verify(
-            manifest.directory, check_hash=verify == "sha256"
-        )
+        model_path, *_ = [
+            manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256")
+            for name in manifest.variant_files(variant)
+        ]
         tokenizer_path = manifest.record(TOKENIZER_FILE).verify(manifest.directory, check_hash=True)
 
         self.manifest: Manifest = manifest

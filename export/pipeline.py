@@ -34,7 +34,7 @@ from . import gate
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, BertWithHeads, describe_io, export_graph
 from .source import DEFAULT_MODEL, Source, load_source
-from .variants import build_int8, build_optimized
+from .variants import build_int8, build_optimized, externalize
 
 ALL_VARIANTS = tuple(VARIANT_FILES)
 VERSIONED_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "tokenizers", "numpy")
@@ -156,6 +156,7 @@ def _save_tokenizer(source: Source, directory: Path, max_length: int) -> None:
 
 
 _DIR_MODE = 0o777
+_FILE_MODE = 0o666
 
 
 def _current_umask() -> int:
@@ -231,6 +232,10 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     if "int8" in records:
         with _step(log, "quantize (dynamic int8, per-channel)"):
             records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"])
+
+    with _step(log, "move weights to external data files"):
+        for record in records.values():
+            record["data_file"] = externalize(staging / record["file"], _FILE_MODE & ~_current_umask())
 
     with _step(log, f"verify against PyTorch ({len(gate.GATE_INPUTS)} inputs + padded batch)"):
         cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings)

@@ -35,6 +35,9 @@ def test_directory_contents_and_manifest_hashes(tiny_export: Path) -> None:
     for name, record in manifest["files"].items():
         assert sha256_file(tiny_export / name) == record["sha256"], name
         assert (tiny_export / name).stat().st_size == record["size"], name
+    for variant, record in manifest["variants"].items():  # weights live in external data, memory-mapped
+        assert record["data_file"] == record["file"] + ".data", variant
+        assert (tiny_export / record["data_file"]).stat().st_size > (tiny_export / record["file"]).stat().st_size
     assert manifest["weights"] == {"kind": "pretrained", "seed": None, "random_heads": [], "note": None}
     assert manifest["config"]["hidden_size"] == 32
     assert all(v["parity"]["passed"] for v in manifest["variants"].values())

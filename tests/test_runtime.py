@@ -223,6 +223,10 @@ def test_missing_truncated_and_corrupt_files(tiny_export: Path, tmp_path: Path) 
     (copy / "model_int8.onnx").unlink()
     with pytest.raises(ModelDirectoryError, match=r"model_int8\.onnx is missing"):
         BertOnnx(copy, "int8")
+    (copy / "model_optimized.onnx.data").rename(copy / "elsewhere.data")
+    with pytest.raises(ModelDirectoryError, match=r"model_optimized\.onnx\.data is missing"):
+        BertOnnx(copy, "optimized")
+    (copy / "elsewhere.data").rename(copy / "model_optimized.onnx.data")
     with (copy / "model.onnx").open("r+b") as handle:
         handle.seek(1000)
         handle.write(b"\x00corrupt\x00")  # same size, different bytes
