@@ -98,8 +98,18 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         parameters["matches_manifest"] = parameters["counts"] == manifest.data.get("parameters")
     else:
         parameters["counted_from"] = "manifest (no fp32 graph in this directory)"
-    if graph is None:
-        graph = read_graph(directory / next(iter(manifest.variants.values()))["file"])
+    onnx_files = [r["file"] for r in manifest.variants.values() if str(r["file"]).endswith(".onnx")]
+    if graph is None and onnx_files:
+        graph = read_graph(directory / onnx_files[0])
+    if graph is not None:
+        inputs = [{"name": v.name, "shape": list(v.shape)} for v in graph.inputs]
+        outputs = [{"name": v.name, "shape": list(v.shape)} for v in graph.outputs]
+        opset = graph.opsets.get("", manifest.data.get("opset"))
+    else:  # only OpenVINO IR in the directory: the manifest recorded the graph's inputs and outputs
+        recorded = manifest.data.get("graph", {})
+        inputs = [{"name": v["name"], "shape": v["shape"]} for v in recorded.get("inputs", [])]
+        outputs = [{"name": v["name"], "shape": v["shape"]} for v in recorded.get("outputs", [])]
+        opset = manifest.data.get("opset")
     return {
         "directory": str(directory),
         "source": manifest.data.get("source"),
@@ -107,9 +117,9 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         "random_weights": manifest.random_weights,
         "config": manifest.config,
         "parameters": parameters,
-        "inputs": [{"name": v.name, "shape": list(v.shape)} for v in graph.inputs],
-        "outputs": [{"name": v.name, "shape": list(v.shape)} for v in graph.outputs],
-        "opset": graph.opsets.get("", manifest.data.get("opset")),
+        "inputs": inputs,
+        "outputs": outputs,
+        "opset": opset,
         "variants": variants,
         "versions": manifest.data.get("versions"),
     }

@@ -17,6 +17,7 @@ from typing import Any
 from .errors import ModelDirectoryError
 
 __all__ = [
+    "BF16_PRECISION",
     "CONFIG_FILE",
     "EXTERNAL_DATA_SUFFIX",
     "FORMAT_NAME",
@@ -24,8 +25,11 @@ __all__ = [
     "INPUT_NAMES",
     "MANIFEST_FILE",
     "NSP_IS_NEXT_INDEX",
+    "ONNXRUNTIME_BACKEND",
+    "OPENVINO_BACKEND",
     "OUTPUT_NAMES",
     "TOKENIZER_FILE",
+    "VARIANT_BACKENDS",
     "VARIANT_FILES",
     "FileRecord",
     "Manifest",
@@ -40,12 +44,25 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 #: Variant name -> file name. ``fp32`` is the graph as exported; ``optimized`` carries onnxruntime's
-#: transformer fusions; ``int8`` is dynamically quantized.
+#: transformer fusions; ``int8`` is dynamically quantized; ``bf16`` is the graph as OpenVINO IR, run by
+#: OpenVINO with bf16 matrix products (the accurate fast path on CPUs with AVX512-BF16 or AMX).
 VARIANT_FILES: dict[str, str] = {
     "fp32": "model.onnx",
     "optimized": "model_optimized.onnx",
     "int8": "model_int8.onnx",
+    "bf16": "model_bf16.xml",
 }
+ONNXRUNTIME_BACKEND = "onnxruntime"
+OPENVINO_BACKEND = "openvino"
+#: The engine that runs each variant (the manifest records it too). OpenVINO is an optional dependency.
+VARIANT_BACKENDS: dict[str, str] = {
+    "fp32": ONNXRUNTIME_BACKEND,
+    "optimized": ONNXRUNTIME_BACKEND,
+    "int8": ONNXRUNTIME_BACKEND,
+    "bf16": OPENVINO_BACKEND,
+}
+#: OpenVINO's inference precision for the ``bf16`` variant.
+BF16_PRECISION = "bf16"
 
 #: A variant's weights live beside its graph in ``<file>.data`` (ONNX external data): onnxruntime then
 #: memory-maps them instead of copying them out of the protobuf, which nearly halves load time and peak RSS.

@@ -2,22 +2,39 @@
 
 The constructor does all the loading and checking (manifest, file sizes and hashes, graph inputs and
 outputs, tokenizer); the methods only tokenize, batch, run and post-process. One object may be called
-from many threads: onnxruntime sessions are thread-safe and no call mutates shared state.
+from many threads: onnxruntime sessions are thread-safe, the OpenVINO session lends each call its own
+infer request, and no call mutates shared state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 from .batching import SORT_WINDOW_BATCHES, Batch, iter_windows, sorted_batches
 from .errors import ModelDirectoryError
-from .manifest import INPUT_NAMES, OUTPUT_NAMES, TOKENIZER_FILE, VARIANT_FILES, Manifest, read_manifest
+from .manifest import (
+    BF16_PRECISION,
+    INPUT_NAMES,
+    ONNXRUNTIME_BACKEND,
+    OPENVINO_BACKEND,
+    OUTPUT_NAMES,
+    TOKENIZER_FILE,
+    VARIANT_BACKENDS,
+    VARIANT_FILES,
+    Manifest,
+    read_manifest,
+)
 from .outputs import BertOutput, Tokenized, is_next_probability
 from .session import RuntimeOptions, build_session
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+    from .openvino_session import OpenVinoSession
 from .tokenizer import TextTokenizer
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_VARIANT", "POOLING_MODES", "VERIFY_MODES", "BertOnnx"]
@@ -58,7 +75,8 @@ def _check_positive_int(value: object, name: str) -> int:
 
 
 class BertOnnx:
-    """BERT encoder, pooler and next-sentence head from a ``bertonnx export`` directory, on onnxruntime.
+    """BERT encoder, pooler and next-sentence head from a ``bertonnx export`` directory, on onnxruntime
+    (or on OpenVINO for the ``bf16`` variant).
 
     Example:
         >>> model = BertOnnx("models/bert-base-uncased")
@@ -78,7 +96,8 @@ class BertOnnx:
 
         Args:
             model_dir: directory written by ``bertonnx export``.
-            variant: one of the variants the directory holds (``fp32``, ``optimized``, ``int8``).
+            variant: one of the variants the directory holds: ``fp32`` (exact), ``optimized`` (fused),
+                ``int8`` (fastest, lossy) or ``bf16`` (the accurate fast path; needs OpenVINO).
             threads: intra-op threads (default: physical cores); overrides ``options.threads``.
             options: onnxruntime settings (spinning, arena, inter-op threads ...).
             verify: ``size`` (default) or ``sha256`` (also hash the model's files against the manifest).
@@ -87,6 +106,7 @@ class BertOnnx:
         Raises:
             TypeError: an argument has the wrong type.
             ValueError: unknown ``variant`` or ``verify``.
+            ImportError: ``bf16`` was asked for and OpenVINO is not installed.
             ModelDirectoryError: the directory is missing, not a bertonnx export, or a file is missing or
                 corrupt.
         """
@@ -120,7 +140,28 @@ class BertOnnx:
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
         self.tokenizer = TextTokenizer(tokenizer_path, self.max_length)
-        self.session = build_session(model_path, options)
+        record = manifest.data["variants"][variant]
+        #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
+        self.backend: str = record.get("backend", VARIANT_BACKENDS[variant])
+        self.session: ort.InferenceSession | OpenVinoSession
+        #: The precision of the matrix products: ``f32``, ``int8``, or ``bf16`` (which needs a CPU with
+        #: AVX512-BF16 or AMX; OpenVINO computes in ``f32`` elsewhere, and this then says ``f32``).
+        self.precision: str
+        if self.backend == ONNXRUNTIME_BACKEND:
+            self.session = build_session(model_path, options)
+            self.precision = "int8" if variant == "int8" else "f32"
+        elif self.backend == OPENVINO_BACKEND:
+            from .openvino_session import OpenVinoSession
+
+            self.session = OpenVinoSession(
+                model_path, options, record.get("precision", BF16_PRECISION), purpose=f"The {variant!r} variant"
+            )
+            self.precision = self.session.inference_precision
+        else:
+            raise ModelDirectoryError(
+                f"{manifest.directory}: variant {variant!r} names backend {self.backend!r}; this bertonnx runs "
+                f"{ONNXRUNTIME_BACKEND} and {OPENVINO_BACKEND}. Upgrade bertonnx or re-export."
+            )
         self._input_names = [i.name for i in self.session.get_inputs()]
         output_names = [o.name for o in self.session.get_outputs()]
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):

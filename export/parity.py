@@ -236,12 +236,12 @@ def check_variant(
 
 
 def _limit(variant: str, name: str) -> str:
-    if variant != "int8":
+    if variant not in gate.LOSSY_THRESHOLDS:
         return f"max abs <= {gate.EXACT_MAX_ABS:g}"
+    limits = gate.LOSSY_THRESHOLDS[variant]
     if name == "nsp_logits":
-        limits = gate.INT8_THRESHOLDS
         return f"P(is next) abs <= {limits['nsp_probability_max_abs']}, agree >= {limits['nsp_argmax_agreement']}"
-    return f"cos >= {gate.INT8_THRESHOLDS[f'{name}_min_cosine']}"
+    return f"cos >= {limits[f'{name}_min_cosine']}"
 
 
 def table_rows(results: list[VariantResult]) -> list[list[str]]:

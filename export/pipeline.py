@@ -28,16 +28,27 @@ from bertonnx.manifest import (
     VARIANT_FILES,
     sha256_file,
 )
+from bertonnx.openvino_session import OPENVINO_INSTALL_HINT, openvino_version
 from bertonnx.version import __version__
 
 from . import gate
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, BertWithHeads, describe_io, export_graph
 from .source import DEFAULT_MODEL, Source, load_source
-from .variants import build_int8, build_optimized, externalize
+from .variants import build_bf16, build_int8, build_optimized, externalize
 
 ALL_VARIANTS = tuple(VARIANT_FILES)
-VERSIONED_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "tokenizers", "numpy")
+VERSIONED_PACKAGES = (
+    "torch",
+    "transformers",
+    "optimum",
+    "optimum-onnx",
+    "onnx",
+    "onnxruntime",
+    "openvino",
+    "tokenizers",
+    "numpy",
+)
 RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS: outputs are meaningless; use for latency and parity checks only."
 
 Log = Callable[[str], None]
@@ -77,6 +88,11 @@ def _check_options(options: ExportOptions) -> Path:
     if unknown or not options.variants:
         raise ExportError(
             f"--variants must name one or more of {', '.join(VARIANT_FILES)}, got {', '.join(unknown) or 'none'}"
+        )
+    if "bf16" in options.variants and openvino_version() is None:
+        raise ExportError(
+            f"the bf16 variant runs on OpenVINO, which is not installed: {OPENVINO_INSTALL_HINT} (or reinstall "
+            "bertonnx[export], which includes it), or leave it out with --variants fp32,optimized,int8"
         )
     outdir = Path(options.outdir).expanduser().absolute()
     if outdir.exists() and not options.force:
@@ -233,16 +249,21 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         with _step(log, "quantize (dynamic int8, per-channel)"):
             records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"])
 
+    if "bf16" in records:
+        with _step(log, "convert to OpenVINO IR (bf16 variant)"):
+            records["bf16"].update(build_bf16(fp32_path, staging / VARIANT_FILES["bf16"]))
+
     with _step(log, "move weights to external data files"):
         for record in records.values():
-            record["data_file"] = externalize(staging / record["file"], _FILE_MODE & ~_current_umask())
+            if "data_file" not in record:  # OpenVINO IR already keeps its weights in a .bin
+                record["data_file"] = externalize(staging / record["file"], _FILE_MODE & ~_current_umask())
 
     with _step(log, f"verify against PyTorch ({len(gate.GATE_INPUTS)} inputs + padded batch)"):
         cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings)
         reference = gate.reference_outputs(BertWithHeads(source.model).eval(), cases)
         failures: list[str] = []
         for variant, record in records.items():
-            figures = gate.compare(cases, reference, gate.onnx_outputs(staging / record["file"], cases))
+            figures = gate.compare(cases, reference, gate.variant_outputs(staging / record["file"], variant, cases))
             problems = gate.breaches(variant, figures)
             record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
             failures += problems
@@ -257,9 +278,9 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             exit_code=ExportError.EXIT_GATE_FAILED,
         )
 
+    io = describe_io(fp32_path)
     if "fp32" not in records:
         fp32_path.unlink()
-    io = describe_io(staging / records[next(iter(records))]["file"])
     files = sorted(p.name for p in staging.iterdir() if p.is_file())
     with _step(log, "hash files"):
         file_records = {
@@ -283,6 +304,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             "inputs": len(gate.GATE_INPUTS),
             "exact_max_abs": gate.EXACT_MAX_ABS,
             "int8_thresholds": gate.INT8_THRESHOLDS,
+            "bf16_thresholds": gate.BF16_THRESHOLDS,
         },
         "variants": records,
         "versions": _versions(),

@@ -12,7 +12,9 @@ import pytest
 import torch
 from transformers import BertForPreTraining
 
-from bertonnx.manifest import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
+from bertonnx import RuntimeOptions
+from bertonnx.manifest import BF16_PRECISION, INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
+from bertonnx.openvino_session import OpenVinoSession
 from export.cli import main as export_main
 from export.errors import ExportError
 from export.graph import BertWithHeads
@@ -36,7 +38,8 @@ def test_directory_contents_and_manifest_hashes(tiny_export: Path) -> None:
         assert sha256_file(tiny_export / name) == record["sha256"], name
         assert (tiny_export / name).stat().st_size == record["size"], name
     for variant, record in manifest["variants"].items():  # weights live in external data, memory-mapped
-        assert record["data_file"] == record["file"] + ".data", variant
+        expected = "model_bf16.bin" if variant == "bf16" else record["file"] + ".data"  # OpenVINO IR keeps a .bin
+        assert record["data_file"] == expected, variant
         assert (tiny_export / record["data_file"]).stat().st_size > (tiny_export / record["file"]).stat().st_size
     assert manifest["weights"] == {"kind": "pretrained", "seed": None, "random_heads": [], "note": None}
     assert manifest["config"]["hidden_size"] == 32
@@ -46,6 +49,7 @@ def test_directory_contents_and_manifest_hashes(tiny_export: Path) -> None:
     assert fusions["SkipLayerNormalization"] == 4
     assert manifest["versions"]["torch"]
     assert manifest["versions"]["onnxruntime"]
+    assert manifest["versions"]["openvino"]
 
 
 def test_tokenizer_has_nothing_baked_in(tiny_export: Path) -> None:
@@ -81,7 +85,12 @@ def test_variants_run_at_new_shapes_and_match_torch(
         "token_type_ids": (np.arange(seq) >= seq // 2).astype(np.int64)[None].repeat(batch, 0),
     }
     feeds["attention_mask"][0, seq - 3 :] = 0  # one padded row
-    session = ort.InferenceSession(str(tiny_export / VARIANT_FILES[variant]), providers=["CPUExecutionProvider"])
+    path = tiny_export / VARIANT_FILES[variant]
+    session = (
+        OpenVinoSession(path, RuntimeOptions(), BF16_PRECISION)
+        if variant == "bf16"
+        else ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    )
     got = dict(zip(OUTPUT_NAMES, session.run(list(OUTPUT_NAMES), feeds), strict=True))
     reference = BertWithHeads(BertForPreTraining.from_pretrained(tiny_checkpoint)).eval()
     with torch.inference_mode():
@@ -89,7 +98,7 @@ def test_variants_run_at_new_shapes_and_match_torch(
     assert got["last_hidden_state"].shape == (batch, seq, 32)
     assert got["pooler_output"].shape == (batch, 32)
     assert got["nsp_logits"].shape == (batch, 2)
-    atol = EXACT_ATOL if variant != "int8" else 0.05
+    atol = EXACT_ATOL if variant not in ("int8", "bf16") else 0.05
     for name in OUTPUT_NAMES:
         np.testing.assert_allclose(got[name], want[name].numpy(), atol=atol, rtol=0, err_msg=f"{variant} {name}")
 
@@ -213,7 +222,7 @@ def test_unreachable_hub_names_both_ways_out(
 def test_unknown_variant_is_refused(capsys: pytest.CaptureFixture[str], tiny_checkpoint: Path, tmp_path: Path) -> None:
     code, err = _cli(capsys, str(tiny_checkpoint), str(tmp_path / "out"), "--variants", "fp32,fp16")
     assert code == ExportError.EXIT_REFUSED
-    assert "--variants must name one or more of fp32, optimized, int8, got fp16" in err
+    assert "--variants must name one or more of fp32, optimized, int8, bf16, got fp16" in err
 
 
 @pytest.mark.slow

@@ -22,7 +22,17 @@ import pytest
 import torch
 
 from bertonnx import BertOnnx, RuntimeOptions
-from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, read_manifest, sha256_file
+from bertonnx.manifest import (
+    BF16_PRECISION,
+    MANIFEST_FILE,
+    OPENVINO_BACKEND,
+    OUTPUT_NAMES,
+    VARIANT_BACKENDS,
+    VARIANT_FILES,
+    read_manifest,
+    sha256_file,
+)
+from bertonnx.openvino_session import OpenVinoSession
 from export import gate, parity
 from export.graph import BertWithHeads
 
@@ -58,12 +68,26 @@ INT8_LIMITS: dict[str, dict[str, float]] = {
         "nsp_argmax_agreement": 0.98,  # measured 0.990 (1 of 102 texts flips; 1.0 on every exact shape)
     },
 }
+#: bf16 (OpenVINO, the accurate fast path): the promise of issue 6 is pooler and mean-pooled cosine
+#: >= 0.999 and NSP agreement >= 99 % on real weights; per-token hidden states get the measured limit.
+FAST_PATH_PROMISE = 0.999
+BF16_LIMITS: dict[str, dict[str, float]] = {
+    source: {
+        "last_hidden_state": FAST_PATH_PROMISE,  # measured: see the closing note of issue 6
+        "pooler_output": FAST_PATH_PROMISE,
+        "nsp_logits": 0.99,
+        "mean_pooled": FAST_PATH_PROMISE,
+        "nsp_argmax_agreement": 0.99,
+    }
+    for source in ("minilm", "bert_base")
+}
+LOSSY_LIMITS = {"int8": INT8_LIMITS, "bf16": BF16_LIMITS}
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 PAIR_TOKENS = ["[CLS]", "the", "weather", "is", "nice", "[SEP]", "i", "agree", "with", "you", "[SEP]"]
 PAIR_TYPES = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
 
 _REFERENCES: dict[str, Any] = {}
-_SESSIONS: dict[tuple[str, str], ort.InferenceSession] = {}
+_SESSIONS: dict[tuple[str, str], Any] = {}
 _EXPECTED: dict[tuple[str, int, int], dict[str, Any]] = {}
 
 
@@ -80,14 +104,20 @@ def _reference(request: pytest.FixtureRequest, source: str) -> BertWithHeads:
     return _REFERENCES[source]
 
 
-def _session(directory: Path, variant: str) -> ort.InferenceSession:
+def _session(directory: Path, variant: str) -> Any:
+    """The variant's session straight from its file (onnxruntime, or OpenVINO for bf16), spinning off."""
     key = (str(directory), variant)
     if key not in _SESSIONS:
-        options = ort.SessionOptions()
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        _SESSIONS[key] = ort.InferenceSession(
-            str(directory / VARIANT_FILES[variant]), options, providers=["CPUExecutionProvider"]
-        )
+        if VARIANT_BACKENDS[variant] == OPENVINO_BACKEND:
+            _SESSIONS[key] = OpenVinoSession(
+                directory / VARIANT_FILES[variant], RuntimeOptions(allow_spinning=False), BF16_PRECISION
+            )
+        else:
+            options = ort.SessionOptions()
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            _SESSIONS[key] = ort.InferenceSession(
+                str(directory / VARIANT_FILES[variant]), options, providers=["CPUExecutionProvider"]
+            )
     return _SESSIONS[key]
 
 
@@ -117,7 +147,7 @@ def _torch(model: BertWithHeads, feeds: dict[str, np.ndarray]) -> dict[str, np.n
     return {name: out[name].float().numpy() for name in OUTPUT_NAMES}
 
 
-def _ort(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _ort(session: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return dict(zip(OUTPUT_NAMES, session.run(list(OUTPUT_NAMES), feeds), strict=True))
 
 
@@ -147,13 +177,13 @@ def figures(
 
 
 def check(source: str, variant: str, found: dict[str, float], what: str) -> None:
-    """fp32/optimized: every output within EXACT_MAX_ABS. int8: the measured cosine and agreement limits."""
-    if variant != "int8":
+    """fp32/optimized: every output within EXACT_MAX_ABS. int8 and bf16: their cosine and agreement limits."""
+    if variant not in LOSSY_LIMITS:
         for name in OUTPUT_NAMES:
             assert found[f"{name}_max_abs"] <= EXACT_MAX_ABS, f"{what}: {name} {found}"
         assert found["nsp_argmax_agreement"] == 1.0, what
         return
-    limits = INT8_LIMITS[source]
+    limits = LOSSY_LIMITS[variant][source]
     for name in OUTPUT_NAMES:
         assert found[f"{name}_min_cosine"] >= limits[name], f"{what}: {name} {found}"
     assert found["mean_pooled_min_cosine"] >= limits["mean_pooled"], f"{what}: mean-pooled {found}"
