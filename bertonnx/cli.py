@@ -91,8 +91,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for name, v in facts["variants"].items():
         parity = v.get("parity") or {}
         gate = "gate passed" if parity.get("passed") else "gate not passed"
-        worst = ", ".join(f"{k} {parity[k]:.3g}" for k in sorted(parity) if k.endswith(("_max_abs", "_min_cosine")))
-        lines.append(f"  {name:<10} {v['file']:<22} {(v['size_bytes'] or 0) / 1e6:8.1f} MB  {gate}: {worst}")
+        worst = ", ".join(
+            f"{k} {parity[k]:.3g}" if k.endswith("_max_abs") else f"{k} {parity[k]:.5f}"
+            for k in sorted(parity)
+            if k.endswith(("_max_abs", "_min_cosine"))
+        )
+        lines.append(
+            f"  {name:<10} {v['file']:<22} {(v['size_bytes'] or 0) / 1e6:8.1f} MB  {v['backend']:<12} {gate}: {worst}"
+        )
     _emit(args, facts, "\n".join(lines))
     return EXIT_OK
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .manifest import VARIANT_FILES, Manifest
+from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Manifest
 from .onnx_reader import GraphInfo, read_graph
 
 __all__ = ["COUNTABLE_VARIANTS", "count_parameters", "describe", "mean_pooler_cosine"]
@@ -85,6 +85,7 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         variants[name] = {
             "file": record["file"],
             "data_file": record.get("data_file"),
+            "backend": record.get("backend", VARIANT_BACKENDS.get(name, ONNXRUNTIME_BACKEND)),
             "size_bytes": sum(p.stat().st_size for p in paths) if all(p.is_file() for p in paths) else None,
             "parity": record.get("parity"),
             **({"fusions": record["fusions"]} if "fusions" in record else {}),

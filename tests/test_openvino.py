@@ -65,6 +65,10 @@ def test_manifest_records_the_backend(tiny_export: Path) -> None:
     assert record["precision"] == "bf16"
     assert record["parity"]["passed"] is True
     assert record["parity"]["pooler_output_min_cosine"] >= 0.999
+    from bertonnx.info import describe
+
+    backends = {name: v["backend"] for name, v in describe(read_manifest(tiny_export))["variants"].items()}
+    assert backends == {"fp32": "onnxruntime", "optimized": "onnxruntime", "int8": "onnxruntime", "bf16": "openvino"}
 
 
 def test_loads_through_bertonnx(bf16: BertOnnx) -> None:
