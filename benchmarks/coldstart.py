@@ -69,25 +69,27 @@ def _run_probe(body: str, env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-def _with_file(result: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Add the model's size on disk: the file plus its external-data file, when it has one."""
-    from bertonnx.manifest import EXTERNAL_DATA_SUFFIX
-
-    data = path.with_name(path.name + EXTERNAL_DATA_SUFFIX)
-    size_mb = (path.stat().st_size + (data.stat().st_size if data.is_file() else 0)) / BYTES_PER_MB
-    name = path.name + (f" + {data.name}" if data.is_file() else "")
-    result.update(file=name, file_mb=size_mb, rss_per_file_mb=result["peak_rss_mb"] / size_mb)
+def _with_files(result: dict[str, Any], paths: list[Path]) -> dict[str, Any]:
+    """Add the model's size on disk: the sum of ``paths`` (a graph and its weights file, or a checkpoint)."""
+    size_mb = sum(path.stat().st_size for path in paths) / BYTES_PER_MB
+    result.update(
+        file=" + ".join(path.name for path in paths), file_mb=size_mb, rss_per_file_mb=result["peak_rss_mb"] / size_mb
+    )
     return result
 
 
 def probe_bertonnx(
-    directory: Path, variant: str, model_file: Path, threads: int, env: dict[str, str]
+    directory: Path, variant: str, model_files: list[Path], threads: int, env: dict[str, str]
 ) -> dict[str, Any]:
-    """Cold start of ``BertOnnx(directory, variant)`` and one pair through it."""
+    """Cold start of ``BertOnnx(directory, variant)`` and one pair through it.
+
+    Args:
+        model_files: the variant's files (``Manifest.variant_files``), whose total size RSS is compared with.
+    """
     body = _BERTONNX_PROBE.format(
         directory=str(directory), variant=variant, threads=threads, a=MODULE_PAIR[0], b=MODULE_PAIR[1]
     )
-    return _with_file(_run_probe(body, env), model_file)
+    return _with_files(_run_probe(body, env), model_files)
 
 
 def probe_torch(checkpoint: Path, tokenizer_dir: Path, threads: int, env: dict[str, str]) -> dict[str, Any]:
@@ -107,7 +109,7 @@ def probe_torch(checkpoint: Path, tokenizer_dir: Path, threads: int, env: dict[s
         raise ValueError(
             f"{checkpoint} holds no model.safetensors or pytorch_model.bin; expected a checkpoint directory"
         )
-    return _with_file(_run_probe(body, env), weights)
+    return _with_files(_run_probe(body, env), [weights])
 
 
 def thread_env(threads: int) -> dict[str, str]:

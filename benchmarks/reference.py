@@ -15,6 +15,8 @@ from bertonnx.manifest import OUTPUT_NAMES, Manifest
 
 #: Correctness inputs: the module's pair and the gate's padded batch (pairs, an empty text, 1–60 tokens).
 CHECK_CASE_NAMES = ("module pair", "padded batch")
+#: Denominator floor of a cosine (an all-zero vector gives cosine 0, not a division by zero).
+COSINE_FLOOR = 1e-30
 
 
 def load_reference(manifest: Manifest, reference: str | None) -> Any:
@@ -57,11 +59,53 @@ def check_cases(manifest: Manifest) -> list[Any]:
     return [cases[0], cases[-1]]
 
 
+def gate_cases(manifest: Manifest) -> list[Any]:
+    """All the export gate's cases: 18 singles and pairs (2 to 512 tokens) and the padded batch of 6."""
+    from export.gate import build_cases
+
+    return list(build_cases(manifest.directory / "tokenizer.json", manifest.max_position_embeddings))
+
+
 def torch_outputs(model: Any, cases: list[Any]) -> list[dict[str, np.ndarray]]:
     """The reference outputs of ``cases`` (fp32, no grad)."""
     from export.gate import reference_outputs
 
     return list(reference_outputs(model, cases))
+
+
+def mean_pooled_min_cosine(
+    cases: list[Any], reference: list[dict[str, np.ndarray]], candidate: list[dict[str, np.ndarray]]
+) -> float:
+    """The smallest cosine, over every sequence of ``cases``, between the two mean-pooled embeddings.
+
+    A sequence's mean-pooled embedding is the mean of its ``last_hidden_state`` over its valid tokens
+    (padding excluded), as sentence-embedding users pool it; computed in float64.
+    """
+    worst = 1.0
+    for case, ref, got in zip(cases, reference, candidate, strict=True):
+        for row, length in enumerate(case.lengths):
+            a = ref["last_hidden_state"][row, :length].astype(np.float64).mean(axis=0)
+            b = got["last_hidden_state"][row, :length].astype(np.float64).mean(axis=0)
+            if not np.isfinite(b).all():
+                return -1.0
+            cosine = float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), COSINE_FLOOR))
+            worst = min(worst, cosine)
+    return worst
+
+
+def accuracy_figures(
+    cases: list[Any], reference: list[dict[str, np.ndarray]], candidate: list[dict[str, np.ndarray]]
+) -> dict[str, float]:
+    """The gate's figures (``export.gate.compare``) plus the mean-pooled minimum cosine.
+
+    Raises:
+        ValueError: an output's shape differs from the reference's.
+    """
+    from export.gate import compare
+
+    figures = compare(cases, reference, candidate)
+    figures["mean_pooled_min_cosine"] = mean_pooled_min_cosine(cases, reference, candidate)
+    return figures
 
 
 def verdict(
@@ -70,16 +114,16 @@ def verdict(
     """Compare ``candidate`` with ``reference`` with the gate's figures and thresholds.
 
     Returns:
-        ``{"correct": bool, "figures": {...}, "breaches": [...]}``; int8 is judged by the gate's cosine
-        thresholds, every other variant (and torch) by its max abs difference.
+        ``{"correct": bool, "figures": {...}, "breaches": [...]}``; lossy variants (int8, bf16) are judged
+        by the gate's cosine thresholds, every other variant (and torch) by its max abs difference.
     """
-    from export.gate import breaches, compare
+    from export.gate import breaches
 
     try:
-        figures = compare(cases, reference, candidate)
+        figures = accuracy_figures(cases, reference, candidate)
     except ValueError as exc:  # a shape mismatch is a wrong result, not a crash
         return {"correct": False, "figures": {}, "breaches": [str(exc)]}
-    # The gate judges variants named int8 by cosine and everything else by max abs difference.
+    # The gate judges its lossy variants (int8, bf16) by cosines and NSP probabilities, the rest by max abs.
     found = breaches("int8" if "int8" in variant else variant, figures)
     return {"correct": not found, "figures": figures, "breaches": found}
 

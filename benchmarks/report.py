@@ -35,6 +35,43 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def targets_lines(results: dict[str, Any]) -> list[str]:
+    """The targets table: one row per target, the informational row beside target 1, then the notes."""
+    targets = results["targets"]
+    lines = [
+        "## Targets (issue 6: bert-base, 2 threads)",
+        "",
+        f"Fast path: `{targets['fast_path_variant']}`; exact path: `{targets['exact_path_variant']}`. Latency is the "
+        f"{targets['latency_statistic']}." + (" Quick run: few timed calls, small corpus." if targets["quick"] else ""),
+        "",
+    ]
+    if targets["out_of_scope"]:
+        lines += [f"**Not judged:** {targets['out_of_scope']}. The figures are listed for reference.", ""]
+    lines += ["| # | target | required | measured | status |", "|---|---|---|---|---|"]
+    notes: list[str] = []
+    for row in targets["rows"]:
+        status = row["status"] if row["status"] != "not met" else "**not met**"
+        lines.append(
+            f"| {row['target']} | {_cell(row['name'])} | {_cell(row['required'])} | "
+            f"{_cell(row['measured'])} | {status} |"
+        )
+        notes += [f"target {row['target']}: {note}" for note in row["notes"]]
+        for extra in [x for x in targets["informational"] if x["beside_target"] == row["target"]]:
+            lines.append(
+                f"| {extra['target']} | {_cell(extra['name'])} | {_cell(extra['required'])} | "
+                f"{_cell(extra['measured'])} | informational (against target {row['target']}: "
+                f"{extra['judged_against_target']}) |"
+            )
+            notes += [f"{extra['name']}: {note}" for note in extra["notes"]]
+    lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The human-readable report of one run."""
     machine, model, threads = results["machine"], results["model"], results["threads"]
@@ -54,6 +91,9 @@ def markdown(results: dict[str, Any]) -> str:
         f"- timing: {results['settings']['plan']} (p50 etc. in ms per `session.run` / forward on pre-built "
         "int64 arrays, no padding)",
         "",
+        "![p50 latency vs sequence length per runner, log scale](latency.png)",
+        "",
+        *targets_lines(results),
         "## Correctness (checked before timing, against PyTorch fp32)",
         "",
         "| runner | correct | figures |",
@@ -61,7 +101,11 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for name, runner in results["runners"].items():
         figures = runner.get("figures") or {}
-        shown = ", ".join(f"{k} {v:.3g}" for k, v in sorted(figures.items()) if k.endswith(("_max_abs", "_min_cosine")))
+        shown = ", ".join(
+            f"{k} {v:.3g}" if k.endswith("_max_abs") else f"{k} {v:.5f}"
+            for k, v in sorted(figures.items())
+            if k.endswith(("_max_abs", "_min_cosine"))
+        )
         lines.append(
             f"| {name} | {'yes' if runner['correct'] else '**NO**: ' + '; '.join(runner['breaches'])} | {shown} |"
         )
@@ -85,8 +129,19 @@ def markdown(results: dict[str, Any]) -> str:
     summary = results["summary_b1_t128"]
     lines += ["", "## Batch 1 × 128 tokens, p50", ""]
     if summary:
-        lines += ["| runner | p50 ms | speed-up over torch |", "|---|---:|---:|"]
-        lines += [f"| {s['runner']} | {_ms(s['p50_ms'])} | {_num(s['speedup_vs_torch'], 2)}× |" for s in summary]
+        lines += [
+            f"Each runner timed in {results['settings']['repeats']} fresh process(es), one after another: the grid's "
+            "process, then processes timing this shape alone. p50 is the median of the per-process p50s (the grid "
+            "above shows the grid process's).",
+            "",
+            "| runner | p50 ms | per-process p50s ms | speed-up over torch |",
+            "|---|---:|---|---:|",
+        ]
+        lines += [
+            f"| {s['runner']} | {_ms(s['p50_ms'])} | {', '.join(_ms(v) for v in s['process_p50_ms'])} | "
+            f"{_num(s['speedup_vs_torch'], 2)}× |"
+            for s in summary
+        ]
     else:
         lines.append("1×128 is not in this run's grid.")
     lines += [
@@ -134,6 +189,23 @@ def markdown(results: dict[str, Any]) -> str:
             f"{c['first_result_s']:.3f} | "
             f"{c['peak_rss_mb']:.0f} | {c['file']} | {c['file_mb']:.1f} | {c['rss_per_file_mb']:.2f} |"
         )
+    real = results.get("real_weights")
+    if real is not None:
+        lines += [
+            "",
+            "## Accuracy on real weights (against PyTorch fp32)",
+            "",
+            f"`{real['directory']}` (reference {real['reference']['model']}), the check's cases "
+            f"({real['sequences']} sequences). Mean-pooled: the mean of `last_hidden_state` over valid tokens.",
+            "",
+            "| variant | pooler min cosine | mean-pooled min cosine | NSP argmax agreement | NSP probability max abs |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, f in real["figures"].items():
+            lines.append(
+                f"| {name} | {f['pooler_output_min_cosine']:.5f} | {f['mean_pooled_min_cosine']:.5f} | "
+                f"{f['nsp_argmax_agreement']:.3f} | {f['nsp_probability_max_abs']:.4f} |"
+            )
     roof = results["roofline"]
     lines += [
         "",
@@ -141,9 +213,14 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"Square {roof['size']}×{roof['size']} GEMM, {roof['threads']} threads, best run: fp32 "
         f"{roof['fp32_gflops']:.0f} GFLOP/s (onnxruntime MatMul {roof['onnxruntime_fp32']['gflops']:.0f}, numpy "
-        f"{roof['numpy_fp32']['gflops']:.0f}); int8 {roof['int8_gops']:.0f} GOP/s (onnxruntime MatMulInteger u8×s8). "
-        "The grid's GFLOP/s count the encoder's matrix products (see `benchmarks/grid.py:bert_flops`) over the p50; "
-        "fp32, optimized and torch are compared with the fp32 peak, int8 with the int8 peak.",
+        f"{roof['numpy_fp32']['gflops']:.0f}); int8 {roof['int8_gops']:.0f} GOP/s (onnxruntime MatMulInteger u8×s8)"
+        + (
+            f"; bf16 {roof['bf16_gflops']:.0f} GFLOP/s (OpenVINO MatMul, bf16 hint). "
+            if roof.get("bf16_gflops")
+            else ". "
+        )
+        + "The grid's GFLOP/s count the encoder's matrix products (see `benchmarks/grid.py:bert_flops`) over the p50; "
+        "fp32, optimized and torch are compared with the fp32 peak, int8 with the int8 peak, bf16 with the bf16 peak.",
         "",
     ]
     return "\n".join(lines)

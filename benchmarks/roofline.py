@@ -3,6 +3,8 @@
 Each peak is one onnxruntime node on a square matrix product (the same library and kernels the model
 uses): fp32 ``MatMul`` and int8 ``MatMulInteger`` (uint8 activations × int8 weights, as dynamic
 quantization feeds it). numpy's float32 matmul is reported too; the fp32 peak is the faster of the two.
+The bf16 peak is an OpenVINO ``MatMul`` compiled with the bf16 precision hint (the engine of the ``bf16``
+variant), measured when OpenVINO is installed.
 """
 
 from __future__ import annotations
@@ -74,5 +76,25 @@ def measure_peaks(threads: int, plan: TimingPlan, n: int = GEMM_SIZE) -> dict[st
     result["numpy_fp32"] = stats
     result["fp32_gflops"] = max(result["onnxruntime_fp32"]["gflops"], stats["gflops"])
     result["int8_gops"] = result["onnxruntime_int8"]["gflops"]
+    bf16 = _openvino_bf16(a, b, threads, plan)
+    if bf16 is not None:
+        bf16["gflops"] = flops / (bf16["min_ms"] / 1e3) / GIGA
+        result["openvino_bf16"] = bf16
+    result["bf16_gflops"] = None if bf16 is None else bf16["gflops"]
     result["note"] = "peak = best (min-time) run of one square GEMM; fp32 peak = max(onnxruntime, numpy)"
     return result
+
+
+def _openvino_bf16(a: np.ndarray, b: np.ndarray, threads: int, plan: TimingPlan) -> dict[str, Any] | None:
+    """Timing of ``a @ b`` on OpenVINO with bf16 matrix products, or ``None`` without OpenVINO."""
+    try:
+        import openvino
+        import openvino.opset13 as ops
+    except ImportError:
+        return None
+    parameter = ops.parameter(list(a.shape), openvino.Type.f32, name="A")
+    model = openvino.Model([ops.matmul(parameter, ops.constant(b), False, False)], [parameter])
+    config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY"}
+    request = openvino.Core().compile_model(model, "CPU", config).create_infer_request()
+    stats: dict[str, Any] = summarize(measure(lambda: request.infer({0: a}), plan))
+    return stats

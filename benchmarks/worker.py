@@ -6,8 +6,13 @@ Tasks:
                   onnxruntime in one process, as the export gate does, with onnxruntime's spinning off);
                   saves the cases and everyone's outputs for the runners, and a checkpoint for the torch
                   cold-start probe.
+    ``accuracy``  a real-weights export's variants against the PyTorch model of its manifest's source, on
+                  all the export gate's cases (pooler, mean-pooled and NSP agreement figures for the targets).
     ``torch``     PyTorch eager fp32 runner: re-check, then the latency grid.
-    ``onnx``      one bertonnx variant: re-check, then the latency grid, runtime overhead and the corpus.
+    ``onnx``      one bertonnx variant: re-check, then the latency grid, runtime overhead and the corpus
+                  (``grid_only``: the grid alone, for the extra processes of ``--repeats``).
+
+Every variant is run through ``BertOnnx(...).session``, whatever engine runs it (onnxruntime, OpenVINO).
 
 The thread budget is applied before the heavy imports. Progress goes to stderr; results to RESULT.json.
 """
@@ -76,9 +81,20 @@ def _set_torch_threads(threads: int) -> None:
     torch.set_num_interop_threads(1)
 
 
+def _variant_outputs(directory: Path, variant: str, threads: int, cases: list[Any]) -> list[dict[str, np.ndarray]]:
+    """``variant``'s outputs on ``cases``, with spinning off so it does not slow the PyTorch side."""
+    from bertonnx import BertOnnx, RuntimeOptions
+
+    model = BertOnnx(directory, variant, options=RuntimeOptions(threads=threads, allow_spinning=False))
+    names = list(OUTPUT_NAMES)
+    return [
+        dict(zip(names, model.session.run(names, {n: case.feeds[n] for n in model._input_names}), strict=True))
+        for case in cases
+    ]
+
+
 def task_check(spec: dict[str, Any]) -> dict[str, Any]:
     _set_torch_threads(spec["threads"])
-    from bertonnx import BertOnnx, RuntimeOptions
     from bertonnx.manifest import read_manifest
 
     from .reference import check_cases, load_reference, save_cases, torch_outputs, verdict
@@ -90,12 +106,7 @@ def task_check(spec: dict[str, Any]) -> dict[str, Any]:
     outputs = {"torch": reference}
     verdicts: dict[str, Any] = {}
     for variant in spec["variants"]:
-        onnx = BertOnnx(
-            manifest.directory, variant, options=RuntimeOptions(threads=spec["threads"], allow_spinning=False)
-        )
-        outputs[variant] = [
-            dict(zip(OUTPUT_NAMES, onnx.session.run(list(OUTPUT_NAMES), case.feeds), strict=True)) for case in cases
-        ]
+        outputs[variant] = _variant_outputs(manifest.directory, variant, spec["threads"], cases)
         verdicts[variant] = verdict(variant, cases, reference, outputs[variant])
         state = "correct" if verdicts[variant]["correct"] else "WRONG: " + "; ".join(verdicts[variant]["breaches"])
         progress(f"check {variant}: {state}")
@@ -107,6 +118,34 @@ def task_check(spec: dict[str, Any]) -> dict[str, Any]:
         "cases": [case.name for case in cases],
         "reference": {"model": source.model_id, "kind": source.kind, "weights": source.weights},
         "checkpoint": str(checkpoint),
+    }
+
+
+def task_accuracy(spec: dict[str, Any]) -> dict[str, Any]:
+    """The real-weights figures of ``spec["variants"]`` of the export ``spec["dir"]``."""
+    _set_torch_threads(spec["threads"])
+    from bertonnx.manifest import read_manifest
+
+    from .reference import accuracy_figures, gate_cases, load_reference, torch_outputs
+
+    manifest = read_manifest(spec["dir"])
+    model, source = load_reference(manifest, None)
+    cases = gate_cases(manifest)
+    reference = torch_outputs(model, cases)
+    figures: dict[str, dict[str, float]] = {}
+    for variant in spec["variants"]:
+        outputs = _variant_outputs(manifest.directory, variant, spec["threads"], cases)
+        figures[variant] = accuracy_figures(cases, reference, outputs)
+        progress(
+            f"real weights {variant}: pooler min cosine {figures[variant]['pooler_output_min_cosine']:.5f}, "
+            f"mean-pooled {figures[variant]['mean_pooled_min_cosine']:.5f}, "
+            f"NSP agreement {figures[variant]['nsp_argmax_agreement']:.3f}"
+        )
+    return {
+        "figures": figures,
+        "cases": [case.name for case in cases],
+        "sequences": sum(len(case.lengths) for case in cases),
+        "reference": {"model": source.model_id, "kind": source.kind, "weights": source.weights},
     }
 
 
@@ -280,6 +319,8 @@ def task_onnx(spec: dict[str, Any]) -> dict[str, Any]:
         return model.session.run(list(OUTPUT_NAMES), {name: feeds[name] for name in spec["input_names"]})
 
     result["grid"] = _grid(variant, spec, run, model.manifest.config["vocab_size"])
+    if spec.get("grid_only"):
+        return result
     result["overhead"] = _overhead(model, spec)
     result["corpus"] = _corpus(model, spec)
     return result
@@ -288,6 +329,7 @@ def task_onnx(spec: dict[str, Any]) -> dict[str, Any]:
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "roofline": task_roofline,
     "check": task_check,
+    "accuracy": task_accuracy,
     "torch": task_torch,
     "onnx": task_onnx,
 }
