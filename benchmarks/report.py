@@ -195,7 +195,7 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "## Accuracy on real weights (against PyTorch fp32)",
             "",
-            f"`{real['directory']}` (reference {real['reference']['model']}), the check's cases "
+            f"`{real['directory']}` (reference {real['reference']['model']}), the export gate's cases "
             f"({real['sequences']} sequences). Mean-pooled: the mean of `last_hidden_state` over valid tokens.",
             "",
             "| variant | pooler min cosine | mean-pooled min cosine | NSP argmax agreement | NSP probability max abs |",

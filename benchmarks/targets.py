@@ -266,7 +266,7 @@ def evaluate(results: dict[str, Any]) -> dict[str, Any]:
         )
     if real is not None:
         fast_notes.append(
-            f"real weights: {real['directory']} ({real['reference']['model']}), the check's {len(real['cases'])} "
+            f"real weights: {real['directory']} ({real['reference']['model']}), the export gate's {len(real['cases'])} "
             f"cases ({real['sequences']} sequences)"
         )
     corpus = results["corpus"]["results"]
