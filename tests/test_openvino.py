@@ -10,7 +10,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ from bertonnx import BertOnnx, ModelDirectoryError, RuntimeOptions
 from bertonnx.manifest import OPENVINO_BACKEND, read_manifest
 
 from .conftest import ROOT, run_torch_free
-from .test_runtime import PAIR, PAIR_TOKENS, PAIR_TYPES, mixed_inputs
+from .test_runtime import PAIR, PAIR_TOKENS, PAIR_TYPES, check_concurrent_calls_match_serial, mixed_inputs
 
 #: bf16 keeps 8 bits of mantissa: per-vector cosines against fp32 stay far above this on the tiny model.
 MIN_COSINE_VS_FP32 = 0.999
@@ -106,13 +105,7 @@ def test_agrees_with_fp32_in_callers_order(tiny_export: Path, bf16: BertOnnx) ->
 
 
 def test_concurrent_calls_match_serial(bf16: BertOnnx) -> None:
-    texts, pairs = mixed_inputs(16, seed=5)
-    serial = [bf16(texts[i::8], pairs[i::8]) for i in range(8)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        parallel = list(pool.map(lambda i: bf16(texts[i::8], pairs[i::8]), range(8)))
-    for a, b in zip(serial, parallel, strict=True):
-        np.testing.assert_array_equal(a.pooler_output, b.pooler_output)
-        np.testing.assert_array_equal(a.last_hidden_state, b.last_hidden_state)
+    check_concurrent_calls_match_serial(bf16)
 
 
 def test_threads_reach_openvino(tiny_export: Path) -> None:

@@ -119,6 +119,11 @@ def test_generator_input_spanning_several_windows(model: BertOnnx) -> None:
 
 
 def test_concurrent_calls_match_serial(model: BertOnnx) -> None:
+    check_concurrent_calls_match_serial(model)
+
+
+def check_concurrent_calls_match_serial(model: BertOnnx) -> None:
+    """8 threads calling one model give exactly the serial results (shared by every engine's tests)."""
     texts, pairs = mixed_inputs(16, seed=5)
     serial = [model(texts[i::8], pairs[i::8]) for i in range(8)]
     with ThreadPoolExecutor(max_workers=8) as pool:
