@@ -30,12 +30,12 @@ from .manifest import (
 )
 from .outputs import BertOutput, Tokenized, is_next_probability
 from .session import RuntimeOptions, build_session
+from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
     import onnxruntime as ort
 
     from .openvino_session import OpenVinoSession
-from .tokenizer import TextTokenizer
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_VARIANT", "POOLING_MODES", "VERIFY_MODES", "BertOnnx"]
 
