@@ -17,10 +17,7 @@ import numpy as np
 from .batching import SORT_WINDOW_BATCHES, Batch, iter_windows, sorted_batches
 from .errors import ModelDirectoryError
 from .manifest import (
-    BF16_PRECISION,
     INPUT_NAMES,
-    ONNXRUNTIME_BACKEND,
-    OPENVINO_BACKEND,
     OUTPUT_NAMES,
     TOKENIZER_FILE,
     VARIANT_BACKENDS,
@@ -29,7 +26,7 @@ from .manifest import (
     read_manifest,
 )
 from .outputs import BertOutput, Tokenized, is_next_probability
-from .session import RuntimeOptions, build_session
+from .session import RuntimeOptions, open_variant_session
 from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -140,28 +137,17 @@ class BertOnnx:
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
         self.tokenizer = TextTokenizer(tokenizer_path, self.max_length)
-        record = manifest.data["variants"][variant]
         #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
-        self.backend: str = record.get("backend", VARIANT_BACKENDS[variant])
-        self.session: ort.InferenceSession | OpenVinoSession
+        self.backend: str = manifest.data["variants"][variant].get("backend", VARIANT_BACKENDS[variant])
+        if self.backend != VARIANT_BACKENDS[variant]:
+            raise ModelDirectoryError(
+                f"{manifest.directory}: variant {variant!r} names backend {self.backend!r}, but this bertonnx "
+                f"runs it on {VARIANT_BACKENDS[variant]}. Upgrade bertonnx or re-export."
+            )
+        self.session: ort.InferenceSession | OpenVinoSession = open_variant_session(model_path, variant, options)
         #: The precision of the matrix products: ``f32``, ``int8``, or ``bf16`` (which needs a CPU with
         #: AVX512-BF16 or AMX; OpenVINO computes in ``f32`` elsewhere, and this then says ``f32``).
-        self.precision: str
-        if self.backend == ONNXRUNTIME_BACKEND:
-            self.session = build_session(model_path, options)
-            self.precision = "int8" if variant == "int8" else "f32"
-        elif self.backend == OPENVINO_BACKEND:
-            from .openvino_session import OpenVinoSession
-
-            self.session = OpenVinoSession(
-                model_path, options, record.get("precision", BF16_PRECISION), purpose=f"The {variant!r} variant"
-            )
-            self.precision = self.session.inference_precision
-        else:
-            raise ModelDirectoryError(
-                f"{manifest.directory}: variant {variant!r} names backend {self.backend!r}; this bertonnx runs "
-                f"{ONNXRUNTIME_BACKEND} and {OPENVINO_BACKEND}. Upgrade bertonnx or re-export."
-            )
+        self.precision: str = getattr(self.session, "inference_precision", "int8" if variant == "int8" else "f32")
         self._input_names = [i.name for i in self.session.get_inputs()]
         output_names = [o.name for o in self.session.get_outputs()]
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):

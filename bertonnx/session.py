@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnxruntime as ort
 
-__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "RuntimeOptions", "build_session", "physical_cores"]
+__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "RuntimeOptions", "build_session", "open_variant_session", "physical_cores"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
 _CPUINFO = Path("/proc/cpuinfo")
@@ -107,3 +108,21 @@ def build_session(path: Path, options: RuntimeOptions) -> ort.InferenceSession:
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.allow_spinning else "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "1" if options.allow_spinning else "0")
     return ort.InferenceSession(str(path), sess_options=so, providers=[CPU_PROVIDER])
+
+
+def open_variant_session(path: Path, variant: str, options: RuntimeOptions) -> Any:
+    """The session for one variant's file on the engine that runs it (``VARIANT_BACKENDS``).
+
+    onnxruntime variants get :func:`build_session`; ``bf16`` gets an
+    :class:`~bertonnx.openvino_session.OpenVinoSession` with bf16 precision (OpenVINO imported only then).
+
+    Raises:
+        ImportError: the variant runs on OpenVINO, which is not installed (the message names the fix).
+    """
+    from .manifest import BF16_PRECISION, OPENVINO_BACKEND, VARIANT_BACKENDS
+
+    if VARIANT_BACKENDS.get(variant) == OPENVINO_BACKEND:
+        from .openvino_session import OpenVinoSession
+
+        return OpenVinoSession(path, options, BF16_PRECISION, purpose=f"The {variant!r} variant")
+    return build_session(path, options)

@@ -131,17 +131,9 @@ def variant_outputs(path: Path, variant: str, cases: list[Case]) -> list[dict[st
 
     onnxruntime runs with spinning off so the PyTorch side is not slowed.
     """
-    from bertonnx.manifest import BF16_PRECISION, OPENVINO_BACKEND, VARIANT_BACKENDS
-    from bertonnx.session import RuntimeOptions, build_session
+    from bertonnx.session import RuntimeOptions, open_variant_session
 
-    options = RuntimeOptions(allow_spinning=False)
-    session: Any
-    if VARIANT_BACKENDS.get(variant) == OPENVINO_BACKEND:
-        from bertonnx.openvino_session import OpenVinoSession
-
-        session = OpenVinoSession(path, options, BF16_PRECISION, purpose=f"The {variant!r} variant")
-    else:
-        session = build_session(path, options)
+    session = open_variant_session(path, variant, RuntimeOptions(allow_spinning=False))
     names = [o.name for o in session.get_outputs()]
     results = []
     for case in cases:

@@ -7,14 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 from transformers import BertForPreTraining
 
 from bertonnx import RuntimeOptions
-from bertonnx.manifest import BF16_PRECISION, INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
-from bertonnx.openvino_session import OpenVinoSession
+from bertonnx.manifest import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
+from bertonnx.session import open_variant_session
 from export.cli import main as export_main
 from export.errors import ExportError
 from export.graph import BertWithHeads
@@ -86,11 +85,7 @@ def test_variants_run_at_new_shapes_and_match_torch(
     }
     feeds["attention_mask"][0, seq - 3 :] = 0  # one padded row
     path = tiny_export / VARIANT_FILES[variant]
-    session = (
-        OpenVinoSession(path, RuntimeOptions(), BF16_PRECISION)
-        if variant == "bf16"
-        else ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    )
+    session = open_variant_session(path, variant, RuntimeOptions())
     got = dict(zip(OUTPUT_NAMES, session.run(list(OUTPUT_NAMES), feeds), strict=True))
     reference = BertWithHeads(BertForPreTraining.from_pretrained(tiny_checkpoint)).eval()
     with torch.inference_mode():

@@ -7,6 +7,7 @@ fp32 within bf16's error, is thread-safe, and fails clearly when OpenVINO or its
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from bertonnx import BertOnnx, ModelDirectoryError, RuntimeOptions
-from bertonnx.manifest import OPENVINO_BACKEND, read_manifest
+from bertonnx.manifest import MANIFEST_FILE, OPENVINO_BACKEND, read_manifest
 
 from .conftest import ROOT, run_torch_free
 from .test_runtime import PAIR, PAIR_TOKENS, PAIR_TYPES, check_concurrent_calls_match_serial, mixed_inputs
@@ -188,3 +189,13 @@ def test_bf16_only_export(tiny_checkpoint: Path, tmp_path: Path) -> None:
     assert BertOnnx(outdir, "bf16").embed("hello").shape == (1, 32)
     with pytest.raises(ValueError, match=r"has no 'fp32' variant; it holds bf16"):
         BertOnnx(outdir)
+
+
+def test_a_backend_this_version_does_not_run_is_named(tiny_export: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "model"
+    shutil.copytree(tiny_export, copy)
+    manifest = json.loads((copy / MANIFEST_FILE).read_text())
+    manifest["variants"]["bf16"]["backend"] = "tensorrt"
+    (copy / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ModelDirectoryError, match="variant 'bf16' names backend 'tensorrt', but this bertonnx runs"):
+        BertOnnx(copy, "bf16")

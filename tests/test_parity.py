@@ -17,22 +17,18 @@ from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
 from bertonnx import BertOnnx, RuntimeOptions
 from bertonnx.manifest import (
-    BF16_PRECISION,
     MANIFEST_FILE,
-    OPENVINO_BACKEND,
     OUTPUT_NAMES,
-    VARIANT_BACKENDS,
     VARIANT_FILES,
     read_manifest,
     sha256_file,
 )
-from bertonnx.openvino_session import OpenVinoSession
+from bertonnx.session import open_variant_session
 from export import gate, parity
 from export.graph import BertWithHeads
 
@@ -108,16 +104,9 @@ def _session(directory: Path, variant: str) -> Any:
     """The variant's session straight from its file (onnxruntime, or OpenVINO for bf16), spinning off."""
     key = (str(directory), variant)
     if key not in _SESSIONS:
-        if VARIANT_BACKENDS[variant] == OPENVINO_BACKEND:
-            _SESSIONS[key] = OpenVinoSession(
-                directory / VARIANT_FILES[variant], RuntimeOptions(allow_spinning=False), BF16_PRECISION
-            )
-        else:
-            options = ort.SessionOptions()
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            _SESSIONS[key] = ort.InferenceSession(
-                str(directory / VARIANT_FILES[variant]), options, providers=["CPUExecutionProvider"]
-            )
+        _SESSIONS[key] = open_variant_session(
+            directory / VARIANT_FILES[variant], variant, RuntimeOptions(allow_spinning=False)
+        )
     return _SESSIONS[key]
 
 
