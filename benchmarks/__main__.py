@@ -1,4 +1,4 @@
-"""``python -m benchmarks DIR [options]``."""
+"""``python -m bertonnx_benchmarks DIR [options]``."""
 
 from .cli import main
 

@@ -172,7 +172,7 @@ class Workers:
         result_path = self.workdir / f"{self.count:02d}-{task}-result.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         proc = subprocess.run(
-            [sys.executable, "-m", "benchmarks.worker", task, str(spec_path), str(result_path)],
+            [sys.executable, "-m", "bertonnx_benchmarks.worker", task, str(spec_path), str(result_path)],
             env=self.env,
             cwd=ROOT,
             timeout=WORKER_TIMEOUT_S,
@@ -258,14 +258,14 @@ def _rechecked(info: dict[str, Any], out: dict[str, Any], where: str) -> bool:
 def _command_line() -> str:
     """The command as typed: ``python -m benchmarks ...`` or ``bertonnx bench ...``."""
     program = Path(sys.argv[0]).name
-    head = [Path(sys.executable).name, "-m", "benchmarks"] if program == "__main__.py" else [program]
+    head = [Path(sys.executable).name, "-m", "bertonnx_benchmarks"] if program == "__main__.py" else [program]
     return shlex.join([*head, *sys.argv[1:]])
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], bool]:
     """Run every section; return the results and whether every runner was correct."""
     from bertonnx.manifest import read_manifest
-    from bertonnx.session import physical_cores
+    from bertonnx.options import physical_cores
 
     manifest = read_manifest(args.model_dir)
     directory = manifest.directory.resolve()

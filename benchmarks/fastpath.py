@@ -132,7 +132,7 @@ SENTENCES = (
 
 
 def _texts() -> tuple[list[str], list[tuple[str, str]]]:
-    from export.gate import GATE_INPUTS
+    from bertonnx_export.gate import GATE_INPUTS
 
     rng = np.random.default_rng(0)
     singles = [" ".join(rng.choice(SENTENCES, size=int(rng.integers(1, 6)))) for _ in range(90)]
@@ -345,7 +345,7 @@ def build(
 def _build_openvino(recipe: str, source: Path, target: Path, feeds: list[dict[str, np.ndarray]]) -> Path:
     import openvino
 
-    from export.variants import build_bf16
+    from bertonnx_export.variants import build_bf16
 
     if recipe == "ov-bf16":
         build_bf16(source, target)
@@ -490,8 +490,8 @@ def _reference(
     import torch
 
     from bertonnx.manifest import read_manifest
-    from export.graph import BertWithHeads
-    from export.source import load_source
+    from bertonnx_export.graph import BertWithHeads
+    from bertonnx_export.source import load_source
 
     manifest = read_manifest(directory)
     weights = manifest.weights

@@ -28,7 +28,7 @@ def _cpuinfo_field(text: str, key: str) -> str | None:
 
 def cpu_facts() -> dict[str, Any]:
     """CPU model name, ISA flags of interest (present or not), logical CPUs and physical cores."""
-    from bertonnx.session import physical_cores
+    from bertonnx.options import physical_cores
 
     try:
         text = CPUINFO.read_text(encoding="utf-8", errors="replace")

@@ -29,9 +29,9 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     Raises:
         ValueError: no reference is given and the manifest's source cannot be loaded.
     """
-    from export.errors import ExportError
-    from export.graph import BertWithHeads
-    from export.source import load_source
+    from bertonnx_export.errors import ExportError
+    from bertonnx_export.graph import BertWithHeads
+    from bertonnx_export.source import load_source
 
     weights = manifest.weights
     model_id = reference or str(manifest.data["source"]["model"])
@@ -53,7 +53,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
 
 def check_cases(manifest: Manifest) -> list[Any]:
     """The gate's cases for the module pair and its padded batch, tokenized with the export's tokenizer."""
-    from export.gate import build_cases
+    from bertonnx_export.gate import build_cases
 
     cases = build_cases(manifest.directory / "tokenizer.json", manifest.max_position_embeddings)
     return [cases[0], cases[-1]]
@@ -61,14 +61,14 @@ def check_cases(manifest: Manifest) -> list[Any]:
 
 def gate_cases(manifest: Manifest) -> list[Any]:
     """All the export gate's cases: 18 singles and pairs (2 to 512 tokens) and the padded batch of 6."""
-    from export.gate import build_cases
+    from bertonnx_export.gate import build_cases
 
     return list(build_cases(manifest.directory / "tokenizer.json", manifest.max_position_embeddings))
 
 
 def torch_outputs(model: Any, cases: list[Any]) -> list[dict[str, np.ndarray]]:
     """The reference outputs of ``cases`` (fp32, no grad)."""
-    from export.gate import reference_outputs
+    from bertonnx_export.gate import reference_outputs
 
     return list(reference_outputs(model, cases))
 
@@ -101,7 +101,7 @@ def accuracy_figures(
     Raises:
         ValueError: an output's shape differs from the reference's.
     """
-    from export.gate import compare
+    from bertonnx_export.gate import compare
 
     figures = compare(cases, reference, candidate)
     figures["mean_pooled_min_cosine"] = mean_pooled_min_cosine(cases, reference, candidate)
@@ -117,7 +117,7 @@ def verdict(
         ``{"correct": bool, "figures": {...}, "breaches": [...]}``; lossy variants (int8, bf16) are judged
         by the gate's cosine thresholds, every other variant (and torch) by its max abs difference.
     """
-    from export.gate import breaches
+    from bertonnx_export.gate import breaches
 
     try:
         figures = accuracy_figures(cases, reference, candidate)

@@ -7,8 +7,8 @@ variant, imported only when that variant is loaded); it never imports torch, tra
 
 from .errors import ModelDirectoryError
 from .model import BertOnnx
+from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
-from .session import RuntimeOptions
 from .version import __version__
 
 __all__ = ["BertOnnx", "BertOutput", "ModelDirectoryError", "RuntimeOptions", "Tokenized", "__version__"]

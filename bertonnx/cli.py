@@ -28,11 +28,15 @@ EXIT_OK = 0
 EXIT_ERROR = 2
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 _RULE = "=" * 72
+_EXPORT_INSTALL = "pip install torch==2.13.0 'bertonnx[export]'"
 #: Commands that live outside the torch-free runtime: name -> (module with a ``main(argv)``, install hint).
 _EXTRA_COMMANDS = {
-    "export": ("export.cli", "the export step needs the export extra: pip install torch==2.13.0 'bertonnx[export]'"),
-    "parity": ("export.parity", "parity needs the export extra: pip install torch==2.13.0 'bertonnx[export]'"),
-    "bench": ("benchmarks.cli", "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'"),
+    "export": ("bertonnx_export.cli", "the export step needs the export extra: " + _EXPORT_INSTALL),
+    "parity": ("bertonnx_export.parity", "parity needs the export extra: " + _EXPORT_INSTALL),
+    "bench": (
+        "bertonnx_benchmarks.cli",
+        "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'",
+    ),
 }
 
 

@@ -25,8 +25,9 @@ from .manifest import (
     Manifest,
     read_manifest,
 )
+from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized, is_next_probability
-from .session import RuntimeOptions, open_variant_session
+from .session import open_variant_session
 from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .session import RuntimeOptions
+from .options import RuntimeOptions
 
 __all__ = ["OPENVINO_INSTALL_HINT", "OpenVinoSession", "openvino_version"]
 

@@ -1,99 +1,24 @@
-"""Build the onnxruntime session in one place, with thread, spinning and memory settings exposed.
-
-Defaults: intra-op threads = physical cores (hyper-threads share one core's FMA units, so more threads
-than cores only adds contention), one inter-op thread (BERT's graph is a chain), spinning on (lowest
-latency for back-to-back calls; turn it off when other work shares the cores), the CPU memory arena on.
-"""
+"""Build the onnxruntime session in one place, with the thread, spinning and memory settings of
+:class:`~bertonnx.options.RuntimeOptions`, and pick each variant's engine."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
 
-__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "RuntimeOptions", "build_session", "open_variant_session", "physical_cores"]
+from .options import RuntimeOptions
+
+__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "build_session", "open_variant_session"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
-_CPUINFO = Path("/proc/cpuinfo")
 GRAPH_OPTIMIZATION_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-
-
-def physical_cores() -> int:
-    """Physical cores this process may run on (logical CPUs of the affinity mask, hyper-threads merged).
-
-    Reads ``/proc/cpuinfo`` on Linux (no psutil: the runtime keeps to onnxruntime, tokenizers and numpy);
-    elsewhere falls back to the logical CPU count.
-    """
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-    try:
-        text = _CPUINFO.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return max(1, len(allowed))
-    cores: set[tuple[str, str]] = set()
-    processor, physical, core = -1, "0", None
-    for line in [*text.splitlines(), ""]:
-        key, _, value = (part.strip() for part in line.partition(":"))
-        if key == "processor":
-            processor = int(value)
-        elif key == "physical id":
-            physical = value
-        elif key == "core id":
-            core = value
-        elif not line.strip() and processor >= 0:
-            if processor in allowed:
-                cores.add((physical, core if core is not None else str(processor)))
-            processor, physical, core = -1, "0", None
-    return max(1, len(cores) or len(allowed))
-
-
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """onnxruntime settings for one model.
-
-    Attributes:
-        threads: intra-op threads; ``None`` = physical cores.
-        inter_op_threads: threads running independent graph branches (1 suits BERT's sequential graph).
-        allow_spinning: let idle threads spin for the next task (faster back-to-back calls, burns CPU).
-        enable_cpu_mem_arena: reuse memory across calls. The arena grows to the largest shape seen and
-            never shrinks; disable it for long-running services fed very different shapes.
-        enable_mem_pattern: pre-plan allocations for a repeated input shape.
-        graph_optimization_level: one of ``GRAPH_OPTIMIZATION_LEVELS`` (onnxruntime fuses at load time).
-    """
-
-    threads: int | None = None
-    inter_op_threads: int = 1
-    allow_spinning: bool = True
-    enable_cpu_mem_arena: bool = True
-    enable_mem_pattern: bool = True
-    graph_optimization_level: str = "all"
-
-    def __post_init__(self) -> None:
-        for name in ("threads", "inter_op_threads"):
-            value = getattr(self, name)
-            if value is None and name == "threads":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.graph_optimization_level not in GRAPH_OPTIMIZATION_LEVELS:
-            raise ValueError(
-                f"graph_optimization_level must be one of {', '.join(GRAPH_OPTIMIZATION_LEVELS)}, "
-                f"got {self.graph_optimization_level!r}"
-            )
-
-    @property
-    def intra_op_threads(self) -> int:
-        """The resolved intra-op thread count."""
-        return self.threads if self.threads is not None else physical_cores()
 
 
 def build_session(path: Path, options: RuntimeOptions) -> ort.InferenceSession:

@@ -1,4 +1,4 @@
-"""``python -m export``: same as ``bertonnx export``."""
+"""``python -m bertonnx_export``: same as ``bertonnx export``."""
 
 from .cli import main
 

@@ -131,7 +131,8 @@ def variant_outputs(path: Path, variant: str, cases: list[Case]) -> list[dict[st
 
     onnxruntime runs with spinning off so the PyTorch side is not slowed.
     """
-    from bertonnx.session import RuntimeOptions, open_variant_session
+    from bertonnx.options import RuntimeOptions
+    from bertonnx.session import open_variant_session
 
     session = open_variant_session(path, variant, RuntimeOptions(allow_spinning=False))
     names = [o.name for o in session.get_outputs()]

@@ -64,7 +64,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
-    from export.pipeline import ExportOptions, run_export
+    from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path_factory.mktemp("tiny-export") / "model"
     run_export(ExportOptions(outdir=outdir, model=str(tiny_checkpoint)), log=lambda message: None)
@@ -76,7 +76,17 @@ def bert_base_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full-size bert-base-uncased export with seeded RANDOM weights, through the real CLI."""
     outdir = tmp_path_factory.mktemp("bert-base") / "bert-base-uncased"
     subprocess.run(
-        [sys.executable, "-m", "export", "bert-base-uncased", str(outdir), "--weights", "random", "--seed", "0"],
+        [
+            sys.executable,
+            "-m",
+            "bertonnx_export",
+            "bert-base-uncased",
+            str(outdir),
+            "--weights",
+            "random",
+            "--seed",
+            "0",
+        ],
         check=True,
         cwd=ROOT,
     )
@@ -123,7 +133,7 @@ def minilm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def minilm_export(tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path) -> Path:
     """MiniLM's real weights exported with its NSP head seeded (``--allow-random-heads --seed 0``)."""
-    from export.pipeline import ExportOptions, run_export
+    from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path_factory.mktemp("minilm-export") / "model"
     options = ExportOptions(outdir=outdir, model=str(minilm_checkpoint), allow_random_heads=True, seed=MINILM_SEED)

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from benchmarks import targets
-from benchmarks.cli import build_parser
-from benchmarks.cli import main as bench_main
 from bertonnx.manifest import MANIFEST_FILE, read_manifest
-from export.gate import GATE_INPUTS, PADDED_BATCH
+from bertonnx_benchmarks import targets
+from bertonnx_benchmarks.cli import build_parser
+from bertonnx_benchmarks.cli import main as bench_main
+from bertonnx_export.gate import GATE_INPUTS, PADDED_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = (
@@ -42,7 +42,7 @@ EXIT_INCORRECT = 3
 
 def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
+        [sys.executable, "-m", "bertonnx_benchmarks", *args], capture_output=True, text=True, cwd=ROOT, timeout=1800
     )
 
 
@@ -250,7 +250,7 @@ def test_bad_options_are_refused_by_message(tiny_export: Path, tmp_path: Path) -
 
 
 def test_repeats_default_and_refusals(tiny_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from benchmarks.cli import _settings
+    from bertonnx_benchmarks.cli import _settings
 
     assert _settings(build_parser().parse_args([str(tiny_export)]), 512)["repeats"] == 3
     assert _settings(build_parser().parse_args([str(tiny_export), "--quick"]), 512)["repeats"] == 1

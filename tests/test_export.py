@@ -14,10 +14,10 @@ from transformers import BertForPreTraining
 from bertonnx import RuntimeOptions
 from bertonnx.manifest import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
 from bertonnx.session import open_variant_session
-from export.cli import main as export_main
-from export.errors import ExportError
-from export.graph import BertWithHeads
-from export.pipeline import ExportOptions, run_export
+from bertonnx_export.cli import main as export_main
+from bertonnx_export.errors import ExportError
+from bertonnx_export.graph import BertWithHeads
+from bertonnx_export.pipeline import ExportOptions, run_export
 
 from .conftest import save_tiny_checkpoint
 

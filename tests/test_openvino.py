@@ -152,8 +152,8 @@ def test_export_refuses_bf16_without_openvino(tiny_checkpoint: Path, tmp_path: P
     outdir = tmp_path / "out"
     result = _run_without_openvino(
         f"""
-from export.pipeline import ExportOptions, run_export
-from export.errors import ExportError
+from bertonnx_export.pipeline import ExportOptions, run_export
+from bertonnx_export.errors import ExportError
 try:
     run_export(ExportOptions(outdir={str(outdir)!r}, model={str(tiny_checkpoint)!r}), log=print)
 except ExportError as error:
@@ -178,7 +178,7 @@ def test_missing_weights_file_is_named(tiny_export: Path, tmp_path: Path) -> Non
 
 def test_bf16_only_export(tiny_checkpoint: Path, tmp_path: Path) -> None:
     from bertonnx.info import describe
-    from export.pipeline import ExportOptions, run_export
+    from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path / "bf16-only"
     run_export(ExportOptions(outdir=outdir, model=str(tiny_checkpoint), variants=("bf16",)), log=lambda m: None)

@@ -29,8 +29,8 @@ from bertonnx.manifest import (
     sha256_file,
 )
 from bertonnx.session import open_variant_session
-from export import gate, parity
-from export.graph import BertWithHeads
+from bertonnx_export import gate, parity
+from bertonnx_export.graph import BertWithHeads
 
 from . import corpus
 from .conftest import ROOT, run_torch_free
