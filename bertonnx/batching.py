@@ -1,9 +1,16 @@
-"""Length-sorted batching with bounded memory.
+"""Length-sorted batching cut by a token budget, with bounded memory.
 
-Inputs are read in windows of ``SORT_WINDOW_BATCHES`` batches (so a 100,000-text list or an endless
-generator never materialises at once), each window is sorted by token length and cut into batches padded
-to their own longest input: far less padding than batching in input order. Callers scatter the results
-back to input order with the indices each batch carries.
+One rule decides how many inputs share a ``session.run``, offline and in the server's scheduler alike: a
+batch pads every input to its longest one, so it costs ``longest × count`` padded tokens, and that may not
+exceed ``max_batch_tokens`` (nor may ``count`` exceed ``max_batch_size``). Many short texts then share one
+run and long ones run few at a time, so each run is a matrix product of about the same size. Text
+Embeddings Inference uses the same budget (``--max-batch-tokens``, default 16384, padded tokens = longest ×
+count on CPU).
+
+Offline, inputs are read and tokenized in chunks and gathered into sorting windows of about
+``SORT_WINDOW_TOKENS`` tokens (memory, not a count of texts, bounds the window: a 100,000-text list or an
+endless generator never materialises at once); each window is sorted by length and cut by the budget.
+Callers scatter the results back to input order with the indices each batch carries.
 """
 
 from __future__ import annotations
@@ -15,10 +22,62 @@ from itertools import islice
 import numpy as np
 from tokenizers import Encoding
 
-__all__ = ["SORT_WINDOW_BATCHES", "Batch", "iter_windows", "pad", "sorted_batches"]
+__all__ = [
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_MAX_BATCH_TOKENS",
+    "SORT_WINDOW_TOKENS",
+    "TOKENIZE_CHUNK_TEXTS",
+    "Batch",
+    "BatchLimits",
+    "iter_chunks",
+    "make_batch",
+    "pad",
+    "plan_batches",
+]
 
-#: Batches per sorting window: a wider window pads less, a narrower one keeps less in memory.
-SORT_WINDOW_BATCHES = 64
+#: Padded tokens (longest input × count) per ``session.run``: TEI's default ``--max-batch-tokens``.
+DEFAULT_MAX_BATCH_TOKENS = 16384
+#: Inputs per ``session.run`` at most, however short they are.
+DEFAULT_MAX_BATCH_SIZE = 256
+#: Tokens gathered into one sorting window before it is sorted and cut. An encoding costs about 100 bytes
+#: a token in ``tokenizers`` and ours, so a window holds some tens of MB; a wider window pads less.
+SORT_WINDOW_TOKENS = 1 << 18
+#: Texts tokenized per ``encode_batch`` call while a window fills.
+TOKENIZE_CHUNK_TEXTS = 512
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How large one ``session.run`` may be.
+
+    Attributes:
+        max_batch_tokens: padded tokens per run, counted as ``longest input × inputs``. An input longer
+            than this runs in a batch of its own.
+        max_batch_size: inputs per run.
+
+    Raises:
+        TypeError: a limit is not an int.
+        ValueError: a limit is below 1.
+    """
+
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_tokens", "max_batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+
+    def capacity(self, longest: int) -> int:
+        """Inputs a batch whose longest input has ``longest`` tokens may hold (at least 1)."""
+        return max(1, min(self.max_batch_size, self.max_batch_tokens // max(1, longest)))
+
+    def fits(self, longest: int, count: int) -> bool:
+        """Whether ``count`` inputs padded to ``longest`` tokens stay within both limits."""
+        return count <= self.capacity(longest)
 
 
 @dataclass(frozen=True)
@@ -31,11 +90,19 @@ class Batch:
     attention_mask: np.ndarray  # [b, t] int64
     token_type_ids: np.ndarray  # [b, t] int64
 
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
 
-def iter_windows(
-    texts: Iterable[str], pairs: Iterable[str] | None, window: int
+    @property
+    def padded_tokens(self) -> int:
+        """``b × t``: the tokens the engine computes, padding included."""
+        return int(self.input_ids.size)
+
+
+def iter_chunks(
+    texts: Iterable[str], pairs: Iterable[str] | None, size: int
 ) -> Iterator[tuple[int, list[str], list[str] | None]]:
-    """Yield ``(first_index, texts, pairs)`` windows of at most ``window`` inputs.
+    """Yield ``(first_index, texts, pairs)`` chunks of at most ``size`` inputs.
 
     Raises:
         ValueError: ``texts`` and ``pairs`` have different lengths.
@@ -44,7 +111,7 @@ def iter_windows(
     pair_iter = None if pairs is None else iter(pairs)
     start = 0
     while True:
-        chunk = list(islice(text_iter, window))
+        chunk = list(islice(text_iter, size))
         chunk_pairs = None if pair_iter is None else list(islice(pair_iter, len(chunk) if chunk else 1))
         if chunk_pairs is not None and len(chunk_pairs) != len(chunk):
             more = "text_pairs" if len(chunk_pairs) > len(chunk) else "texts"
@@ -59,7 +126,7 @@ def iter_windows(
 
 
 def pad(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-pad encodings to the longest: ``(input_ids, attention_mask, token_type_ids)``, int64."""
+    """Right-pad encodings to the longest: ``(input_ids, attention_mask, token_type_ids)``, int64 ``[b, t]``."""
     width = max(len(e.ids) for e in encodings)
     ids = np.zeros((len(encodings), width), dtype=np.int64)
     mask = np.zeros_like(ids)
@@ -72,11 +139,30 @@ def pad(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return ids, mask, types
 
 
-def sorted_batches(encodings: Sequence[Encoding], first_index: int, batch_size: int) -> Iterator[Batch]:
-    """Cut one window into length-sorted, padded batches (longest first, so a memory error comes early)."""
+def make_batch(encodings: Sequence[Encoding], indices: Sequence[int] | np.ndarray) -> Batch:
+    """Pad ``encodings`` into one :class:`Batch` whose rows carry ``indices``."""
+    ids, mask, types = pad(encodings)
     lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    return Batch(np.asarray(indices, dtype=np.int64), lengths, ids, mask, types)
+
+
+def plan_batches(lengths: Sequence[int] | np.ndarray, limits: BatchLimits) -> list[np.ndarray]:
+    """Sort inputs by length (longest first) and cut them into batches within ``limits``.
+
+    Args:
+        lengths: ``[n]`` tokens per input.
+        limits: the token budget and batch-size cap.
+
+    Returns:
+        Row indices into ``lengths``, one int64 array per batch, longest batch first (so a memory error
+        comes early). Every index appears exactly once.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        ids, mask, types = pad([encodings[i] for i in rows])
-        yield Batch(rows + first_index, lengths[rows], ids, mask, types)
+    batches = []
+    start = 0
+    while start < len(order):
+        stop = start + limits.capacity(int(lengths[order[start]]))
+        batches.append(order[start:stop])
+        start = stop
+    return batches

@@ -8,13 +8,23 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
-from .batching import SORT_WINDOW_BATCHES, Batch, iter_windows, sorted_batches
+from .batching import (
+    DEFAULT_MAX_BATCH_SIZE,
+    DEFAULT_MAX_BATCH_TOKENS,
+    SORT_WINDOW_TOKENS,
+    TOKENIZE_CHUNK_TEXTS,
+    Batch,
+    BatchLimits,
+    iter_chunks,
+    make_batch,
+    plan_batches,
+)
 from .errors import ModelDirectoryError
 from .manifest import (
     INPUT_NAMES,
@@ -26,22 +36,28 @@ from .manifest import (
     read_manifest,
 )
 from .options import RuntimeOptions
-from .outputs import BertOutput, Tokenized, is_next_probability
+from .outputs import POOLING_MODES, BertOutput, Tokenized, is_next_probability, pool, pooling_outputs
 from .session import open_variant_session
 from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
     import onnxruntime as ort
+    from tokenizers import Encoding
 
     from .openvino_session import OpenVinoSession
 
-__all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_VARIANT", "POOLING_MODES", "VERIFY_MODES", "BertOnnx"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_MAX_BATCH_TOKENS",
+    "DEFAULT_VARIANT",
+    "POOLING_MODES",
+    "VERIFY_MODES",
+    "BertOnnx",
+]
 
 DEFAULT_VARIANT = "fp32"
-DEFAULT_BATCH_SIZE = 32
-#: ``pooler``: the trained pooler (tanh dense on [CLS]); ``cls``: the raw [CLS] state; ``mean``: mean of
-#: all attended tokens including [CLS] and [SEP] (the sentence-transformers convention).
-POOLING_MODES = ("pooler", "cls", "mean")
+#: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
+DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 #: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file
 #: (measured 0.35 s per 438 MB here, half of a 0.7 s cold start, hence not the default).
 VERIFY_MODES = ("size", "sha256")
@@ -179,20 +195,85 @@ class BertOnnx:
         batch_size: int,
         truncation: bool,
         max_length: int,
+        max_batch_tokens: int,
     ) -> Iterator[Batch]:
         self._check_call(batch_size, truncation, max_length)
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
         first = _checked(_as_texts(texts, "texts"), "texts")
         second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
-        for start, window, window_pairs in iter_windows(first, second, batch_size * SORT_WINDOW_BATCHES):
+        window: list[Encoding] = []
+        window_start = window_tokens = 0
+        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
             encodings = self.tokenizer.encode(
-                window, window_pairs, truncation=truncation, max_length=max_length, first_index=start
+                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
             )
-            yield from sorted_batches(encodings, start, batch_size)
+            window.extend(encodings)
+            window_tokens += sum(len(e.ids) for e in encodings)
+            if window_tokens >= SORT_WINDOW_TOKENS:
+                yield from self._window_batches(window, window_start, limits)
+                window_start, window, window_tokens = start + len(chunk), [], 0
+        yield from self._window_batches(window, window_start, limits)
 
-    def _run(self, batch: Batch) -> dict[str, np.ndarray]:
+    @staticmethod
+    def _window_batches(window: list[Encoding], first_index: int, limits: BatchLimits) -> Iterator[Batch]:
+        lengths = np.fromiter((len(e.ids) for e in window), dtype=np.int64, count=len(window))
+        for rows in plan_batches(lengths, limits):
+            yield make_batch([window[i] for i in rows], rows + first_index)
+
+    def encode(
+        self,
+        texts: str | Iterable[str],
+        text_pairs: str | Iterable[str] | None = None,
+        *,
+        truncation: bool = False,
+        max_length: int = 512,
+    ) -> list[Encoding]:
+        """Tokenize inputs exactly as the model is fed, without padding, in the caller's order.
+
+        With :func:`bertonnx.batching.make_batch` and :meth:`run_batch` this is the step-by-step form of a
+        call, for callers that batch inputs themselves (the server's scheduler batches across requests).
+
+        Args:
+            texts: a string or an iterable of strings.
+            text_pairs: second sentences, one per text (segment id 1), or ``None``.
+            truncation: cut inputs longer than ``max_length`` (longest sequence first for pairs).
+            max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (512).
+
+        Returns:
+            One ``tokenizers.Encoding`` per input (``.ids``, ``.type_ids``, ``.tokens``).
+
+        Raises:
+            TypeError: an input is not a string, or an option has the wrong type.
+            ValueError: texts and pairs differ in length, an input is too long without truncation (the
+                message names its index and token count), or ``max_length`` is out of range.
+        """
+        self._check_call(1, truncation, max_length)
+        first = _checked(_as_texts(texts, "texts"), "texts")
+        second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
+        encodings: list[Encoding] = []
+        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
+            encodings += self.tokenizer.encode(
+                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
+            )
+        return encodings
+
+    def run_batch(self, batch: Batch, outputs: Sequence[str] = OUTPUT_NAMES) -> dict[str, np.ndarray]:
+        """Run one padded batch and return the requested graph outputs (rows in the batch's order).
+
+        Args:
+            batch: from :func:`bertonnx.batching.make_batch`.
+            outputs: names among ``last_hidden_state`` ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``
+                and ``nsp_logits`` ``[b, 2]`` (all float32). Asking for fewer saves copying the rest.
+
+        Raises:
+            ValueError: an unknown output name.
+        """
+        unknown = [name for name in outputs if name not in OUTPUT_NAMES]
+        if unknown:
+            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(OUTPUT_NAMES)}")
         feeds = {name: getattr(batch, name) for name in self._input_names}
-        values = self.session.run(list(OUTPUT_NAMES), feeds)
-        return dict(zip(OUTPUT_NAMES, values, strict=True))
+        values = self.session.run(list(outputs), feeds)
+        return dict(zip(outputs, values, strict=True))
 
     # -- calls ----------------------------------------------------------------------------------------
 
@@ -205,21 +286,23 @@ class BertOnnx:
         truncation: bool = False,
         max_length: int = 512,
         hidden_states: bool = True,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> BertOutput:
         """Run texts (and pairs) through the model; results come back in the caller's order.
 
-        Inputs are sorted by token length in windows and batched, each batch padded to its own longest
-        input; padding never changes an input's outputs.
+        Inputs are sorted by token length in windows and cut into batches of at most ``max_batch_tokens``
+        padded tokens (longest × count) and ``batch_size`` inputs, each padded to its own longest input.
 
         Args:
             texts: a string, or a list/iterable of strings (a generator is read window by window).
             text_pairs: second sentences, one per text (segment id 1), or ``None``.
-            batch_size: inputs per ``session.run``.
+            batch_size: inputs per ``session.run`` at most.
             truncation: cut inputs longer than ``max_length`` (longest sequence first for pairs) instead
                 of raising.
             max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (512).
             hidden_states: keep ``last_hidden_state``; pass ``False`` for large inputs when only pooled
                 outputs are needed (memory then stays bounded).
+            max_batch_tokens: padded tokens per ``session.run`` at most (an input longer than this runs alone).
 
         Returns:
             A :class:`BertOutput`; empty input gives arrays with zero rows.
@@ -229,16 +312,16 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
+        names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
         lengths: list[np.ndarray] = []
         indices: list[np.ndarray] = []
         outputs: dict[str, list[np.ndarray]] = {name: [] for name in OUTPUT_NAMES}
-        for batch in self._batches(texts, text_pairs, batch_size, truncation, max_length):
-            result = self._run(batch)
+        for batch in self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens):
+            result = self.run_batch(batch, names)
             indices.append(batch.indices)
             lengths.append(batch.lengths)
-            for name in OUTPUT_NAMES:
-                if name != "last_hidden_state" or hidden_states:
-                    outputs[name].append(result[name])
+            for name in names:
+                outputs[name].append(result[name])
         return self._assemble(indices, lengths, outputs, hidden_states)
 
     def _assemble(
@@ -293,7 +376,7 @@ class BertOnnx:
             text_a: first sentence, or a list of them.
             text_b: second sentence, or a list of the same length.
             truncation: cut pairs longer than the model's limit instead of raising.
-            batch_size: pairs per ``session.run``.
+            batch_size: pairs per ``session.run`` at most.
 
         Returns:
             A float for two strings, else a ``[n]`` float32 array.
@@ -325,6 +408,7 @@ class BertOnnx:
         truncation: bool = False,
         max_length: int = 512,
         normalize: bool = False,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> np.ndarray:
         """One vector per text, ``[n, hidden]`` float32, with memory bounded for any number of texts.
 
@@ -332,29 +416,21 @@ class BertOnnx:
             texts: a string or an iterable of strings.
             pooling: ``pooler`` (trained pooler), ``cls`` ([CLS] state) or ``mean`` (mean of attended
                 tokens, including [CLS] and [SEP], as sentence-transformers does).
-            batch_size: texts per ``session.run``.
+            batch_size: texts per ``session.run`` at most.
             truncation: cut texts longer than ``max_length`` instead of raising.
             max_length: token limit including special tokens.
             normalize: scale each vector to unit L2 norm.
+            max_batch_tokens: padded tokens per ``session.run`` at most (an input longer than this runs alone).
 
         Raises:
             ValueError: unknown ``pooling``; a text too long without truncation.
             TypeError: a text is not a string.
         """
-        if pooling not in POOLING_MODES:
-            raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLING_MODES)}")
+        names = pooling_outputs(pooling)
         rows: list[np.ndarray] = []
         indices: list[np.ndarray] = []
-        for batch in self._batches(texts, None, batch_size, truncation, max_length):
-            result = self._run(batch)
-            if pooling == "pooler":
-                vectors = result["pooler_output"]
-            elif pooling == "cls":
-                vectors = result["last_hidden_state"][:, 0]
-            else:
-                mask = batch.attention_mask[:, :, None].astype(np.float32)
-                vectors = (result["last_hidden_state"] * mask).sum(axis=1) / mask.sum(axis=1)
-            rows.append(vectors.astype(np.float32, copy=False))
+        for batch in self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens):
+            rows.append(pool(self.run_batch(batch, names), batch.attention_mask, pooling))
             indices.append(batch.indices)
         out = np.zeros((sum(len(i) for i in indices), self.hidden_size), dtype=np.float32)
         if indices:

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from bertonnx import BertOnnx, BertOutput, ModelDirectoryError, RuntimeOptions
-from bertonnx.batching import SORT_WINDOW_BATCHES
 from bertonnx.manifest import MANIFEST_FILE
 
 from .conftest import run_torch_free
@@ -110,12 +109,16 @@ def test_batched_equals_one_at_a_time_in_callers_order(model: BertOnnx) -> None:
     assert together.attention_mask.sum(axis=1).tolist() == together.lengths.tolist()
 
 
-def test_generator_input_spanning_several_windows(model: BertOnnx) -> None:
-    texts, _ = mixed_inputs(2 * SORT_WINDOW_BATCHES + 5, seed=3)
+def test_generator_input_spanning_several_windows(model: BertOnnx, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts, _ = mixed_inputs(300, seed=3)
+    whole = model.embed(texts, max_batch_tokens=16384)
+    monkeypatch.setattr("bertonnx.model.SORT_WINDOW_TOKENS", 200)  # a window every few texts
+    monkeypatch.setattr("bertonnx.model.TOKENIZE_CHUNK_TEXTS", 7)
     from_list = model.embed(texts, batch_size=2)
-    from_generator = model.embed((t for t in texts), batch_size=2)
+    from_generator = model.embed((t for t in texts), batch_size=2, max_batch_tokens=64)
     assert from_generator.shape == (len(texts), 32)
-    np.testing.assert_array_equal(from_list, from_generator)
+    np.testing.assert_allclose(from_list, whole, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(from_generator, whole, atol=1e-5, rtol=0)
 
 
 def test_concurrent_calls_match_serial(model: BertOnnx) -> None:
