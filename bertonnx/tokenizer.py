@@ -2,19 +2,33 @@
 
 A ``tokenizer.json`` may carry padding and truncation settings (the MiniLM one pads and truncates to 128);
 the ``tokenizers`` library applies them silently. We clear both on load, pad in :mod:`bertonnx.batching`,
-and truncate only when the caller asks, with a per-``max_length`` copy so calls never mutate shared
-state (one model may be called from many threads).
+and truncate only when the caller asks.
 
 Pairs are truncated here, not by ``tokenizers``: its ``longest_first`` gives the odd token of an odd budget
 to the second sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
 transformers' Python ``BertTokenizer`` give it to the first (measured: 244 of 1,083 short pairs differed at
 max_length 8, 16 and 33). We encode both sequences without special tokens, cut them with BERT's rule and
 add ``[CLS]``/``[SEP]`` with the file's own post-processor.
+
+Truncation costs time and memory in proportion to the tokens kept, not to the text. ``tokenizers`` keeps
+every cut-off window of a truncated encoding as an "overflowing" encoding, and its post-processor pairs
+every window of the first sequence with every window of the second: a pair of two 20,000-word texts took
+2.1 GB that way. So when the caller truncates we tokenize only a prefix of each text, long enough to hold
+the tokens that can be kept (see :meth:`TextTokenizer.encode`), and cut in halving steps so that at most
+one small window overflows. The result is exactly that of tokenizing the whole text: BERT's normalizer
+works character by character and its pre-tokenizer splits words at whitespace and punctuation, so every
+word of a prefix except the last is a word of the whole text, tokenized the same way.
+
+Every ``str`` Python can hold is tokenized, as the reference does. ``tokenizers`` refuses strings holding
+a lone surrogate (a code point U+D800-U+DFFF, which the Python ``BertTokenizer`` deletes with the other
+category-C characters; ``surrogateescape`` puts them in command-line arguments that are not UTF-8), so we
+replace each by NUL first: NUL is no part of any special token and BERT's normalizer deletes it too.
 """
 
 from __future__ import annotations
 
-import threading
+import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,20 +36,41 @@ from tokenizers import Encoding, Tokenizer
 
 from .errors import ModelDirectoryError
 
-__all__ = ["TRUNCATION_STRATEGY", "TextTokenizer", "pair_truncation_lengths"]
+__all__ = [
+    "PREFIX_CHARS_PER_TOKEN",
+    "SURROGATE_STAND_IN",
+    "TextTokenizer",
+    "clean_text",
+    "pair_truncation_lengths",
+]
 
-#: As transformers' default for pairs: drop tokens from the longer sequence first.
-TRUNCATION_STRATEGY = "longest_first"
 #: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]``.
 SPECIAL_TOKENS_SINGLE = 2
 SPECIAL_TOKENS_PAIR = 3
+#: When truncating, the first prefix tokenized holds this many characters per token that may be kept;
+#: it doubles until it holds enough complete tokens (English averages 4-5 characters per token).
+PREFIX_CHARS_PER_TOKEN = 8
+#: Stands in for a lone surrogate: deleted by BERT's normalizer, part of no special token.
+SURROGATE_STAND_IN = "\x00"
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The pipeline for which a prefix's complete words tokenize as in the whole text (a BERT tokenizer.json).
+PREFIX_SAFE_PIPELINE = {"normalizer": "BertNormalizer", "pre_tokenizer": "BertPreTokenizer", "model": "WordPiece"}
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by NUL (which BERT's normalizer deletes, as the reference
+    deletes the surrogate); ``text`` itself when it holds none (an ASCII string is not even scanned)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(SURROGATE_STAND_IN, text)
 
 
 def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
     """Tokens kept of each sequence of a pair, as BERT's ``_truncate_seq_pair`` keeps them.
 
     That loop drops one token at a time from the longer sequence, from the second one on a tie, until the
-    pair fits ``budget`` (``max_length`` minus the three special tokens).
+    pair fits ``budget`` (``max_length`` minus the three special tokens). The result is the same when each
+    length is capped at ``budget + 1``, so a sequence need not be tokenized past that.
 
     Args:
         first: tokens of the first sequence (no special tokens).
@@ -50,6 +85,20 @@ def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, 
     if 2 * min(first, second) <= budget:  # the shorter one survives whole
         return (first, budget - first) if first <= second else (budget - second, second)
     return (budget + 1) // 2, budget // 2
+
+
+def _cut(encoding: Encoding, keep: int) -> None:
+    """Keep the first ``keep`` tokens of ``encoding``.
+
+    ``Encoding.truncate`` keeps the cut-off tokens as windows of ``keep`` tokens each (and replaces the
+    windows of an earlier cut), so halving first leaves at most one window however long the encoding is.
+    """
+    length = len(encoding)
+    while length > 2 * keep and length > 1:
+        length = (length + 1) // 2
+        encoding.truncate(length)
+    if length > keep:
+        encoding.truncate(keep)
 
 
 class TextTokenizer:
@@ -68,23 +117,17 @@ class TextTokenizer:
         base.no_padding()
         base.no_truncation()
         self._base = base
-        self._json = base.to_str()
         self.max_positions = max_positions
-        self._truncating: dict[int, Tokenizer] = {}
-        self._lock = threading.Lock()
+        spec = json.loads(base.to_str())
+        #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole).
+        self.prefix_safe = all((spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items())
+        # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
+        # within its length of the end are not taken as final.
+        self._added_chars = max((len(t.content) for t in base.get_added_tokens_decoder().values()), default=0)
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._base.token_to_id(token)
         return found
-
-    def _truncating_tokenizer(self, max_length: int) -> Tokenizer:
-        with self._lock:
-            tokenizer = self._truncating.get(max_length)
-            if tokenizer is None:
-                tokenizer = Tokenizer.from_str(self._json)
-                tokenizer.enable_truncation(max_length, strategy=TRUNCATION_STRATEGY)
-                self._truncating[max_length] = tokenizer
-            return tokenizer
 
     def encode(
         self,
@@ -97,6 +140,15 @@ class TextTokenizer:
     ) -> list[Encoding]:
         """Encode ``texts`` (with ``pairs`` when given) without padding.
 
+        Without truncation each text is tokenized whole. With it, only a prefix of each text is tokenized:
+        ``PREFIX_CHARS_PER_TOKEN`` (8) characters per token that can be kept (``max_length - 2`` for a
+        text, ``max_length - 2`` for each side of a pair, since BERT's pair rule needs to know whether a
+        side is longer than the whole budget), doubled until the prefix holds that many complete tokens or
+        is the whole text. The ids are exactly those of tokenizing the whole text and cutting it; the work
+        is proportional to the tokens kept, and at most twice the text for texts that give few tokens per
+        character (whitespace, control characters). Unlike a cut at a fixed number of characters (TEI cuts
+        at 250 per token), this never changes the result.
+
         Args:
             texts: first sequences.
             pairs: second sequences, one per text, or ``None``.
@@ -104,42 +156,101 @@ class TextTokenizer:
             max_length: token limit including special tokens.
             first_index: index of ``texts[0]`` in the caller's whole input, for error messages.
 
+        Returns:
+            One encoding per input, with ``[CLS]``/``[SEP]``, in input order.
+
         Raises:
-            ValueError: an input is longer than ``max_length`` and ``truncation`` is off, or a pair cannot
-                be truncated to ``max_length``.
+            ValueError: texts and pairs differ in length, an input is longer than ``max_length`` and
+                ``truncation`` is off, or ``max_length`` leaves no room for any token.
         """
-        if truncation and pairs is not None:
-            if max_length <= SPECIAL_TOKENS_PAIR:
+        texts = [clean_text(text) for text in texts]
+        cleaned_pairs = None if pairs is None else [clean_text(pair) for pair in pairs]
+        if cleaned_pairs is not None and len(texts) != len(cleaned_pairs):
+            raise ValueError(
+                f"texts and pairs differ in length ({len(texts)} vs {len(cleaned_pairs)}); pass one pair per text"
+            )
+        if truncation:
+            if cleaned_pairs is None:
+                return self._encode_truncated(texts, max_length)
+            return self._encode_truncated_pairs(texts, cleaned_pairs, max_length)
+        batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
+        encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
+        for offset, encoding in enumerate(encodings):
+            if len(encoding) > max_length:
                 raise ValueError(
-                    f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
+                    f"input {first_index + offset} has {len(encoding)} tokens, more than max_length="
+                    f"{max_length}. Pass truncation=True to cut it (longest sequence first for pairs), "
+                    "or split the text."
                 )
-            return self._encode_truncated_pairs(list(texts), list(pairs), max_length - SPECIAL_TOKENS_PAIR)
-        # Single texts are cut from the right, the same in tokenizers and in BERT's reference.
-        tokenizer = self._truncating_tokenizer(max_length) if truncation else self._base
-        batch = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
-        encodings: list[Encoding] = tokenizer.encode_batch(batch, add_special_tokens=True)
-        if not truncation:
-            for offset, encoding in enumerate(encodings):
-                if len(encoding.ids) > max_length:
-                    raise ValueError(
-                        f"input {first_index + offset} has {len(encoding.ids)} tokens, more than max_length="
-                        f"{max_length}. Pass truncation=True to cut it (longest sequence first for pairs), "
-                        "or split the text."
-                    )
         return encodings
 
-    def _encode_truncated_pairs(self, texts: list[str], pairs: list[str], budget: int) -> list[Encoding]:
-        """Encode pairs cut to ``budget`` tokens with BERT's longest-first rule, then add special tokens."""
-        if len(texts) != len(pairs):
-            raise ValueError(f"texts and pairs differ in length ({len(texts)} vs {len(pairs)}); pass one pair per text")
-        firsts = self._base.encode_batch(texts, add_special_tokens=False)
-        seconds = self._base.encode_batch(pairs, add_special_tokens=False)
+    def _encode_truncated(self, texts: list[str], max_length: int) -> list[Encoding]:
+        """Encode texts cut from the right to ``max_length`` tokens, as tokenizers and BERT's reference do."""
+        budget = max_length - SPECIAL_TOKENS_SINGLE
+        if budget < 0:
+            raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
         encodings = []
-        for first, second in zip(firsts, seconds, strict=True):
-            keep_first, keep_second = pair_truncation_lengths(len(first.ids), len(second.ids), budget)
-            if keep_first < len(first.ids):
-                first.truncate(keep_first)
-            if keep_second < len(second.ids):
-                second.truncate(keep_second)
+        for encoding, known in self._leading_tokens(texts, budget):
+            _cut(encoding, min(known, budget))
+            encodings.append(self._base.post_process(encoding, None, add_special_tokens=True))
+        return encodings
+
+    def _encode_truncated_pairs(self, texts: list[str], pairs: list[str], max_length: int) -> list[Encoding]:
+        """Encode pairs cut to ``max_length`` with BERT's longest-first rule, then add special tokens."""
+        budget = max_length - SPECIAL_TOKENS_PAIR
+        if budget < 0:
+            raise ValueError(
+                f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
+            )
+        encodings = []
+        firsts = self._leading_tokens(texts, budget + 1)
+        seconds = self._leading_tokens(pairs, budget + 1)
+        for (first, first_known), (second, second_known) in zip(firsts, seconds, strict=True):
+            keep_first, keep_second = pair_truncation_lengths(first_known, second_known, budget)
+            _cut(first, keep_first)
+            _cut(second, keep_second)
             encodings.append(self._base.post_process(first, second, add_special_tokens=True))
         return encodings
+
+    def _leading_tokens(self, texts: list[str], need: int) -> list[tuple[Encoding, int]]:
+        """For each text, an encoding without special tokens whose first ``known`` tokens are those of the
+        whole text, where ``known = min(need, tokens in the whole text)``.
+
+        Prefixes of ``PREFIX_CHARS_PER_TOKEN * need`` characters are tokenized first (in one batch), and
+        those of texts without enough complete tokens are doubled and tokenized again: geometric growth
+        keeps the total work within twice the last prefix, and a text that gives no tokens at all ends
+        when the prefix reaches its end.
+        """
+        found: list[tuple[Encoding, int] | None] = [None] * len(texts)
+        pending = list(range(len(texts)))
+        length = max(need, 1) * PREFIX_CHARS_PER_TOKEN
+        while pending:
+            whole = [not self.prefix_safe or len(texts[i]) <= length for i in pending]
+            encodings = self._base.encode_batch(
+                [texts[i] if w else texts[i][:length] for i, w in zip(pending, whole, strict=True)],
+                add_special_tokens=False,
+            )
+            later = []
+            for i, is_whole, encoding in zip(pending, whole, encodings, strict=True):
+                if is_whole:
+                    found[i] = (encoding, min(need, len(encoding)))
+                elif self._holds_complete(encoding, need, length):
+                    found[i] = (encoding, need)
+                else:
+                    later.append(i)
+            pending = later
+            length *= 2
+        return [item for item in found if item is not None]
+
+    def _holds_complete(self, encoding: Encoding, need: int, length: int) -> bool:
+        """Whether the first ``need`` tokens of a ``length``-character prefix's encoding are final.
+
+        A token is final when its word is not the prefix's last word (which the cut may have split) and
+        it ends before any special token that the cut could have split begins.
+        """
+        if need == 0:
+            return True
+        if len(encoding) < need:
+            return False
+        words = encoding.word_ids
+        return words[need - 1] != words[-1] and encoding.offsets[need - 1][1] <= length - self._added_chars
