@@ -8,7 +8,7 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MappingView, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
@@ -64,9 +64,21 @@ VERIFY_MODES = ("size", "sha256")
 
 
 def _as_texts(value: object, name: str) -> Iterable[str]:
-    """A single string becomes one input; lists, tuples and other iterables pass through (checked lazily)."""
+    """A single string becomes one input; lists, tuples, arrays of str and other ordered iterables
+    (generators too) pass through, checked lazily. Sets (no order for the results to follow), mappings and
+    their views (a dict would be read as its keys) are refused."""
     if isinstance(value, str):
         return [value]
+    if isinstance(value, (Mapping, MappingView)):
+        raise TypeError(
+            f"{name} is a {type(value).__name__}: a mapping or a view of one is not taken as texts (a dict "
+            "would be read as its keys); pass a list of str, e.g. list(d.values())"
+        )
+    if isinstance(value, Set):
+        raise TypeError(
+            f"{name} is a {type(value).__name__}, which has no order for the results to follow; pass a list "
+            "of str, e.g. sorted(...)"
+        )
     if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
         raise TypeError(f"{name} must be a str or an iterable of str, got {type(value).__name__}")
     return value
@@ -243,7 +255,8 @@ class BertOnnx:
             One ``tokenizers.Encoding`` per input (``.ids``, ``.type_ids``, ``.tokens``).
 
         Raises:
-            TypeError: an input is not a string, or an option has the wrong type.
+            TypeError: an input is not a string, the inputs are a set, mapping or dict view (pass a list),
+                or an option has the wrong type.
             ValueError: texts and pairs differ in length, an input is too long without truncation (the
                 message names its index and token count), or ``max_length`` is out of range.
         """
@@ -308,7 +321,8 @@ class BertOnnx:
             A :class:`BertOutput`; empty input gives arrays with zero rows.
 
         Raises:
-            TypeError: an input is not a string (e.g. ``None``), or an option has the wrong type.
+            TypeError: an input is not a string (e.g. ``None``), the inputs are a set, mapping or dict view
+                (pass a list), or an option has the wrong type.
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
@@ -382,9 +396,12 @@ class BertOnnx:
             A float for two strings, else a ``[n]`` float32 array.
 
         Raises:
-            TypeError: one argument is a string and the other a list, or an item is not a string.
+            TypeError: one argument is a string and the other a list, an argument is a set, mapping or dict
+                view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
+        _as_texts(text_a, "text_a")
+        _as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
@@ -424,7 +441,7 @@ class BertOnnx:
 
         Raises:
             ValueError: unknown ``pooling``; a text too long without truncation.
-            TypeError: a text is not a string.
+            TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
         """
         names = pooling_outputs(pooling)
         rows: list[np.ndarray] = []

@@ -120,7 +120,9 @@ class TextTokenizer:
         self.max_positions = max_positions
         spec = json.loads(base.to_str())
         #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole).
-        self.prefix_safe = all((spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items())
+        self.prefix_safe = all(
+            (spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items()
+        )
         # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
         # within its length of the end are not taken as final.
         self._added_chars = max((len(t.content) for t in base.get_added_tokens_decoder().values()), default=0)
@@ -170,9 +172,7 @@ class TextTokenizer:
                 f"texts and pairs differ in length ({len(texts)} vs {len(cleaned_pairs)}); pass one pair per text"
             )
         if truncation:
-            if cleaned_pairs is None:
-                return self._encode_truncated(texts, max_length)
-            return self._encode_truncated_pairs(texts, cleaned_pairs, max_length)
+            return self._encode_truncated(texts, cleaned_pairs, max_length)
         batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
         for offset, encoding in enumerate(encodings):
@@ -184,33 +184,43 @@ class TextTokenizer:
                 )
         return encodings
 
-    def _encode_truncated(self, texts: list[str], max_length: int) -> list[Encoding]:
-        """Encode texts cut from the right to ``max_length`` tokens, as tokenizers and BERT's reference do."""
-        budget = max_length - SPECIAL_TOKENS_SINGLE
-        if budget < 0:
-            raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
-        encodings = []
-        for encoding, known in self._leading_tokens(texts, budget):
-            _cut(encoding, min(known, budget))
-            encodings.append(self._base.post_process(encoding, None, add_special_tokens=True))
-        return encodings
+    def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:
+        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first by BERT's rule.
 
-    def _encode_truncated_pairs(self, texts: list[str], pairs: list[str], max_length: int) -> list[Encoding]:
-        """Encode pairs cut to ``max_length`` with BERT's longest-first rule, then add special tokens."""
-        budget = max_length - SPECIAL_TOKENS_PAIR
-        if budget < 0:
-            raise ValueError(
-                f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
-            )
-        encodings = []
-        firsts = self._leading_tokens(texts, budget + 1)
-        seconds = self._leading_tokens(pairs, budget + 1)
-        for (first, first_known), (second, second_known) in zip(firsts, seconds, strict=True):
-            keep_first, keep_second = pair_truncation_lengths(first_known, second_known, budget)
-            _cut(first, keep_first)
-            _cut(second, keep_second)
-            encodings.append(self._base.post_process(first, second, add_special_tokens=True))
-        return encodings
+        Inputs short enough in characters are first encoded whole in one batch (most inputs fit and are
+        done); the others are cut from the leading tokens of each side.
+        """
+        if pairs is None:
+            budget = max_length - SPECIAL_TOKENS_SINGLE
+            if budget < 0:
+                raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
+        else:
+            budget = max_length - SPECIAL_TOKENS_PAIR
+            if budget <= 0:
+                raise ValueError(
+                    f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
+                )
+        found: list[Encoding | None] = [None] * len(texts)
+        limit = PREFIX_CHARS_PER_TOKEN * max_length
+        short = [i for i in range(len(texts)) if len(texts[i]) + (len(pairs[i]) if pairs else 0) <= limit]
+        batch = [texts[i] if pairs is None else (texts[i], pairs[i]) for i in short]
+        for i, encoding in zip(short, self._base.encode_batch(batch, add_special_tokens=True), strict=True):
+            if len(encoding) <= max_length:
+                found[i] = encoding
+        cut = [i for i, encoding in enumerate(found) if encoding is None]
+        if pairs is None:
+            for i, (encoding, known) in zip(cut, self._leading_tokens([texts[i] for i in cut], budget), strict=True):
+                _cut(encoding, known)
+                found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
+        else:
+            firsts = self._leading_tokens([texts[i] for i in cut], budget + 1)
+            seconds = self._leading_tokens([pairs[i] for i in cut], budget + 1)
+            for i, (first, first_known), (second, second_known) in zip(cut, firsts, seconds, strict=True):
+                keep_first, keep_second = pair_truncation_lengths(first_known, second_known, budget)
+                _cut(first, keep_first)
+                _cut(second, keep_second)
+                found[i] = self._base.post_process(first, second, add_special_tokens=True)
+        return [encoding for encoding in found if encoding is not None]
 
     def _leading_tokens(self, texts: list[str], need: int) -> list[tuple[Encoding, int]]:
         """For each text, an encoding without special tokens whose first ``known`` tokens are those of the
@@ -252,5 +262,6 @@ class TextTokenizer:
             return True
         if len(encoding) < need:
             return False
-        words = encoding.word_ids
-        return words[need - 1] != words[-1] and encoding.offsets[need - 1][1] <= length - self._added_chars
+        words: list[int | None] = encoding.word_ids
+        end: int = encoding.offsets[need - 1][1]
+        return words[need - 1] != words[-1] and end <= length - self._added_chars

@@ -84,6 +84,12 @@ WHITESPACE = (
     " \t ",
 )
 PUNCT_SYMBOLS = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~«»“”‘’—–…¿¡§¶†‡•±×÷≤≥≠∞€£¥¢°‰′″"
+#: Lone surrogates (category Cs): what ``surrogateescape`` makes of bytes that are not UTF-8 (U+DC80-U+DCFF),
+#: the ends of both halves' ranges, and an emoji's two halves held as two code points.
+SURROGATES = ("\udce9", "\udc80", "\udcff", "\ud800", "\udbff", "\udc00", "\udfff", "\ud83d\ude00")
+#: The vocabulary's special tokens, which both tokenizers match inside a text.
+SPECIAL_TOKENS = ("[MASK]", "[CLS]", "[SEP]", "[UNK]", "[PAD]")
+LONG_TEXTS = 48
 
 
 def _word(rng: random.Random) -> str:
@@ -215,6 +221,19 @@ def _mixed_case(rng: random.Random) -> str:
     return _mix(rng, pieces)
 
 
+def _lone_surrogates(rng: random.Random) -> str:
+    pieces = []
+    for _ in range(rng.randint(1, 6)):
+        kind = rng.randrange(3)
+        word = rng.choice(SPECIAL_TOKENS) if kind == 1 else _word(rng)
+        cut = rng.randint(0, len(word))
+        if kind == 2:
+            pieces.append("".join(rng.choice(SURROGATES) for _ in range(rng.randint(1, 4))))
+        else:  # inside a word, or inside a special token (which it then breaks, as in the reference)
+            pieces.append(word[:cut] + rng.choice(SURROGATES) + word[cut:])
+    return _mix(rng, pieces)
+
+
 def _mixed(rng: random.Random) -> str:
     makers = [m for name, m in REGULAR_CLASSES.items() if name != "mixed"]
     return " ".join(rng.choice(makers)(rng) for _ in range(rng.randint(2, 3)))
@@ -231,6 +250,7 @@ REGULAR_CLASSES: dict[str, Callable[[random.Random], str]] = {
     "whitespace": _whitespace,
     "digits_punctuation": _digits_punct,
     "mixed_case": _mixed_case,
+    "lone_surrogates": _lone_surrogates,
     "mixed": _mixed,
 }
 
@@ -275,4 +295,37 @@ def divergent_texts(seed: int = SEED + 2, per_class: int = DIVERGENT_TEXTS_PER_C
             _mix(rng, [_word(rng)[: rng.randint(0, 4)] + rng.choice(chars) for _ in range(rng.randint(1, 4))])
             for _ in range(per_class)
         ]
+    return out
+
+
+def long_texts(seed: int = SEED + 3, n: int = LONG_TEXTS) -> list[str]:
+    """Texts of about 1,000 to 40,000 characters, for truncation, in six kinds that stress a tokenizer
+    reading only a prefix: the regular classes run together; CJK without spaces; words of 80-130 characters
+    (over 100 they become one [UNK]); special tokens glued to words; a long run that gives no token (spaces,
+    controls, zero-width or lone surrogates, combining marks) before the words; and text that normalizes to
+    nothing at all."""
+    rng = random.Random(seed)
+    makers = list(REGULAR_CLASSES.values())
+    nothing = [c for c in CONTROL if c not in "\ue000\uf8ff\U000f0000"] + [" ", "\u3000", *SURROGATES]
+    out = []
+    for i in range(n):
+        kind = i % 6
+        if kind == 0:
+            text = " ".join(rng.choice(makers)(rng) for _ in range(rng.randint(50, 400)))
+        elif kind == 1:
+            text = "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(rng.randint(600, 3000)))
+        elif kind == 2:
+            letters = string.ascii_letters + "éàü"
+            text = " ".join(
+                "".join(rng.choice(letters) for _ in range(rng.randint(80, 130))) for _ in range(rng.randint(20, 100))
+            )
+        elif kind == 3:
+            glue = (*SPECIAL_TOKENS, "", " ", "[", "]")
+            text = "".join(_word(rng) + rng.choice(glue) for _ in range(rng.randint(300, 2000)))
+        elif kind == 4:
+            filler = rng.choice((" ", "\x07", "\u200b", "\udce9", "\n", "e\u0301\u0301"))
+            text = filler * rng.randint(500, 10000) + " " + _sentence(rng, 100, 800)
+        else:
+            text = "".join(rng.choice(nothing) for _ in range(rng.randint(1000, 20000)))
+        out.append(text)
     return out

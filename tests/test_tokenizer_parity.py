@@ -21,10 +21,16 @@ runtime equals transformers' fast ``BertTokenizerFast``, which PyTorch users get
 
 One difference was ours and is fixed in ``bertonnx/tokenizer.py``: ``tokenizers``' ``longest_first``
 gives the odd token of an odd budget to the second sequence, BERT's reference to the first.
+
+Truncation tokenizes only a prefix of each text (``bertonnx/tokenizer.py``), so long texts and pairs of
+six kinds that stress a prefix (``corpus.long_texts``) are checked here too, against the reference and
+against the runtime's own tokenization of the whole text, at many ``max_length`` values. Lone surrogates,
+which ``tokenizers`` refuses, are a regular class: the runtime tokenizes them as the reference does.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -32,7 +38,7 @@ from transformers import BertTokenizer, BertTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from bertonnx.manifest import TOKENIZER_FILE
-from bertonnx.tokenizer import TextTokenizer, pair_truncation_lengths
+from bertonnx.tokenizer import PREFIX_CHARS_PER_TOKEN, TextTokenizer, pair_truncation_lengths
 
 from . import corpus
 from .conftest import VOCAB
@@ -45,6 +51,13 @@ MIN_PAIRS = 500
 TEXTS = corpus.texts()
 PAIRS = corpus.pairs()
 DIVERGENT = corpus.divergent_texts()
+LONG = corpus.long_texts()
+#: Long pairs: each long text with the next one, and with a short text on either side.
+LONG_PAIRS = [
+    *zip(LONG, LONG[1:] + LONG[:1], strict=True),
+    *((text, short) for text, short in zip(LONG[::2], TEXTS["mixed"], strict=False)),
+    *((short, text) for text, short in zip(LONG[1::2], TEXTS["cjk"], strict=False)),
+]
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +145,58 @@ def test_truncated_singles_match(slow: BertTokenizer, runtime: TextTokenizer, ma
     texts = TEXTS["mixed"]
     want = [_slow(slow, text, None, max_length) for text in texts]
     assert _mismatches(want, _runtime(runtime, texts, None, max_length), list(texts)) == []
+
+
+@pytest.fixture(scope="module")
+def slow_ids(slow: BertTokenizer) -> dict[str, list[int]]:
+    """The reference's ids (no special tokens, no truncation) of the long texts and 10 texts per class."""
+    texts = LONG + [text for texts in TEXTS.values() for text in texts[:10]]
+    return {text: slow.encode(text, add_special_tokens=False) for text in texts}
+
+
+@pytest.mark.parametrize("max_length", [8, 128])
+def test_long_inputs_truncated_match_bert_tokenizer(
+    slow: BertTokenizer, runtime: TextTokenizer, max_length: int
+) -> None:
+    """The reference's own truncation of long texts and pairs (the runtime tokenizes only a prefix of each)."""
+    want = [_slow(slow, text, None, max_length) for text in LONG]
+    problems = _mismatches(want, _runtime(runtime, LONG, None, max_length), [text[:80] for text in LONG])
+    want = [_slow(slow, a, b, max_length) for a, b in LONG_PAIRS]
+    got = _runtime(runtime, [a for a, _ in LONG_PAIRS], [b for _, b in LONG_PAIRS], max_length)
+    problems += _mismatches(want, got, [(a[:40], b[:40]) for a, b in LONG_PAIRS])
+    assert not problems, f"{len(problems)} long inputs differ at max_length={max_length}:\n" + "\n".join(problems[:3])
+
+
+@pytest.mark.parametrize("max_length", [2, 3, 4, 5, 7, 13, 64, 129, 257, 512])
+def test_truncated_prefixes_equal_the_cut_whole_text(
+    slow_ids: dict[str, list[int]], runtime: TextTokenizer, max_length: int
+) -> None:
+    """A truncated text or pair has exactly the reference's ids of the whole text cut by BERT's rule, at
+    lengths where the prefix ends in every kind of place (mid-word, mid-[MASK], in a run of no tokens)."""
+    texts = list(slow_ids)
+    cls, sep = runtime.token_to_id("[CLS]"), runtime.token_to_id("[SEP]")
+    got = runtime.encode(texts, None, truncation=True, max_length=max_length)
+    problems = [
+        text[:80] for text, e in zip(texts, got, strict=True) if e.ids != [cls, *slow_ids[text][: max_length - 2], sep]
+    ]
+    assert sum(len(text) > PREFIX_CHARS_PER_TOKEN * max_length for text in texts) >= 20  # prefixes were cut
+    if max_length > 3:
+        pairs = list(zip(texts, texts[7:] + texts[:7], strict=True))
+        got = runtime.encode([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=max_length)
+        for (a, b), encoding in zip(pairs, got, strict=True):
+            keep_a, keep_b = pair_truncation_lengths(len(slow_ids[a]), len(slow_ids[b]), max_length - 3)
+            want = [cls, *slow_ids[a][:keep_a], sep, *slow_ids[b][:keep_b], sep]
+            if encoding.ids != want or encoding.type_ids != [0] * (keep_a + 2) + [1] * (keep_b + 1):
+                problems.append(f"pair {a[:40]!r} / {b[:40]!r}")
+    assert not problems, f"{len(problems)} differ at max_length={max_length}:\n" + "\n".join(problems[:3])
+
+
+def test_pair_lengths_capped_past_the_budget_are_the_same() -> None:
+    """Why a side of a pair is tokenized only to ``budget + 1`` tokens: capping changes no kept length."""
+    for budget in range(0, 40):
+        for first, second in itertools.product(range(3 * budget + 3), repeat=2):
+            capped = pair_truncation_lengths(min(first, budget + 1), min(second, budget + 1), budget)
+            assert capped == pair_truncation_lengths(first, second, budget), (first, second, budget)
 
 
 def test_pair_truncation_lengths_follow_berts_loop() -> None:
