@@ -49,6 +49,18 @@ VERSIONED_PACKAGES = (
     "tokenizers",
     "numpy",
 )
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+#: ``tokenizer_config.json`` keys that carry a source tokenizer's own padding and truncation settings; the
+#: runtime pads and truncates per call, and ``model_max_length`` (the positions) is the only limit written.
+SOURCE_LIMIT_KEYS = (
+    "max_length",
+    "stride",
+    "truncation_strategy",
+    "truncation_side",
+    "pad_to_multiple_of",
+    "pad_token_type_id",
+    "padding_side",
+)
 RANDOM_WEIGHTS_NOTE = "RANDOM WEIGHTS: outputs are meaningless; use for latency and parity checks only."
 
 Log = Callable[[str], None]
@@ -158,16 +170,31 @@ def _weights_note(weights: dict[str, Any]) -> str | None:
 
 
 def _save_tokenizer(source: Source, directory: Path, max_length: int) -> None:
-    """Save the fast tokenizer with no padding or truncation baked in (the runtime sets both per call)."""
+    """Save the tokenizer files so that every tool reading them sees what the runtime does: ``max_length``
+    positions, no padding, no truncation unless asked.
+
+    transformers copies a ``tokenizer.json``'s baked-in truncation and padding into ``tokenizer_config.json``
+    when it loads one (MiniLM's says ``"max_length": 128``), and fastembed truncates every text to the
+    smaller of that and ``model_max_length``; so both files are cleared and checked before publishing.
+    """
     tokenizer = source.tokenizer
     tokenizer.backend_tokenizer.no_padding()
     tokenizer.backend_tokenizer.no_truncation()
     tokenizer.model_max_length = max_length
+    for key in SOURCE_LIMIT_KEYS:
+        tokenizer.init_kwargs.pop(key, None)
     tokenizer.save_pretrained(str(directory))
     saved = json.loads((directory / TOKENIZER_FILE).read_text(encoding="utf-8"))
     if saved.get("padding") is not None or saved.get("truncation") is not None:
         raise ExportError(
             f"{TOKENIZER_FILE} still carries padding or truncation after clearing them; refusing to publish it"
+        )
+    config = json.loads((directory / TOKENIZER_CONFIG_FILE).read_text(encoding="utf-8"))
+    left = sorted(set(config) & set(SOURCE_LIMIT_KEYS))
+    if left or config.get("model_max_length") != max_length:
+        raise ExportError(
+            f"{TOKENIZER_CONFIG_FILE} says model_max_length={config.get('model_max_length')} and carries "
+            f"{', '.join(left) or 'no other limit'}; expected {max_length} and none. Refusing to publish it"
         )
 
 
@@ -229,6 +256,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     if note:
         log(f"[export] NOTE {note}")
     _save_tokenizer(source, staging, config.max_position_embeddings)
+    config.architectures = [type(source.model).__name__]  # the graph: encoder, pooler and NSP head
     config.save_pretrained(str(staging))
 
     fp32_path = staging / VARIANT_FILES["fp32"]

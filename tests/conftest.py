@@ -8,6 +8,7 @@ failed download fails the fixture loudly rather than skipping the real-weights t
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +69,33 @@ def tiny_export(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path)
 
     outdir = tmp_path_factory.mktemp("tiny-export") / "model"
     run_export(ExportOptions(outdir=outdir, model=str(tiny_checkpoint)), log=lambda message: None)
+    return outdir
+
+
+#: What MiniLM's tokenizer.json has baked in: padding and truncation to 128 tokens.
+BAKED_LIMIT = 128
+
+
+@pytest.fixture(scope="session")
+def limited_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint with MiniLM's tokenizer limits: its tokenizer.json pads and truncates to 128."""
+    directory = save_tiny_checkpoint(tmp_path_factory.mktemp("limited") / "checkpoint")
+    path = directory / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["padding"] = {"strategy": {"Fixed": BAKED_LIMIT}, "direction": "Right", "pad_to_multiple_of": None,
+                       "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"}  # fmt: skip
+    data["truncation"] = {"max_length": BAKED_LIMIT, "strategy": "LongestFirst", "stride": 0, "direction": "Right"}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def limited_export(tmp_path_factory: pytest.TempPathFactory, limited_checkpoint: Path) -> Path:
+    """``limited_checkpoint`` exported (fp32 only)."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    outdir = tmp_path_factory.mktemp("limited-export") / "model"
+    run_export(ExportOptions(outdir=outdir, model=str(limited_checkpoint), variants=("fp32",)), log=lambda m: None)
     return outdir
 
 

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from transformers import BertForPreTraining
+from transformers import AutoTokenizer, BertForPreTraining
 
-from bertonnx import RuntimeOptions
+from bertonnx import BertOnnx, RuntimeOptions
 from bertonnx.manifest import INPUT_NAMES, MANIFEST_FILE, OUTPUT_NAMES, VARIANT_FILES, sha256_file
 from bertonnx.session import open_variant_session
 from bertonnx_export.cli import main as export_main
@@ -55,6 +55,96 @@ def test_tokenizer_has_nothing_baked_in(tiny_export: Path) -> None:
     saved = json.loads((tiny_export / "tokenizer.json").read_text())
     assert saved["padding"] is None
     assert saved["truncation"] is None
+
+
+#: Every file a fp32-only export holds; a new file must be checked here for what it tells tools.
+FP32_EXPORT_FILES = {
+    "bertonnx.json",
+    "config.json",
+    "model.onnx",
+    "model.onnx.data",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+}
+
+
+def test_export_files_describe_the_runtime(limited_export: Path) -> None:
+    """A source whose tokenizer pads and truncates to 128 (as MiniLM's does) leaves no trace of it: every file
+    says 512 positions, no padding, no truncation."""
+    assert {p.name for p in limited_export.iterdir()} == FP32_EXPORT_FILES
+    tokenizer_config = json.loads((limited_export / "tokenizer_config.json").read_text())
+    assert tokenizer_config["model_max_length"] == 512
+    assert "max_length" not in tokenizer_config  # was 128: fastembed truncated every text there
+    assert not set(tokenizer_config) & {"stride", "truncation_strategy", "pad_to_multiple_of", "padding_side"}
+    saved = json.loads((limited_export / "tokenizer.json").read_text())
+    assert saved["padding"] is None
+    assert saved["truncation"] is None
+    config = json.loads((limited_export / "config.json").read_text())
+    assert config["max_position_embeddings"] == 512
+    assert config["architectures"] == ["BertForPreTraining"]
+    special = json.loads((limited_export / "special_tokens_map.json").read_text())
+    assert {k: v["content"] for k, v in special.items()} == {
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+        "pad_token": "[PAD]",
+        "sep_token": "[SEP]",
+        "unk_token": "[UNK]",
+    }
+
+
+def test_transformers_reads_the_runtime_limits(limited_export: Path) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(limited_export)
+    model = BertOnnx(limited_export)
+    assert tokenizer.model_max_length == 512
+    assert "max_length" not in tokenizer.init_kwargs
+    assert tokenizer.backend_tokenizer.truncation is None
+    assert tokenizer.backend_tokenizer.padding is None
+    long_text, longer_text = " ".join(["word"] * 300), " ".join(["word"] * 600)
+    assert tokenizer(long_text)["input_ids"] == model.tokenize(long_text).ids  # 302 tokens, not 128
+    assert len(model.tokenize(long_text).ids) == 302
+    assert tokenizer(longer_text, truncation=True)["input_ids"] == model.tokenize(longer_text, truncation=True).ids
+    pair = tokenizer(long_text, "and a second sentence", return_token_type_ids=True)
+    ours = model.tokenize(long_text, "and a second sentence")
+    assert (pair["input_ids"], pair["token_type_ids"]) == (ours.ids, ours.type_ids)
+
+
+def test_optimum_runs_the_export_as_the_runtime(limited_export: Path) -> None:
+    from optimum.onnxruntime import ORTModelForCustomTasks
+
+    tokenizer = AutoTokenizer.from_pretrained(limited_export)
+    texts, pairs = [" ".join(["word"] * 300), "the weather is nice"], ["a pair", "i agree with you"]
+    feeds = tokenizer(texts, pairs, padding=True, return_tensors="np", return_token_type_ids=True)
+    got = ORTModelForCustomTasks.from_pretrained(limited_export, file_name="model.onnx")(**feeds)
+    want = BertOnnx(limited_export)(texts, pairs)
+    assert got["last_hidden_state"].shape == (2, 305, 32)
+    np.testing.assert_allclose(got["pooler_output"], want.pooler_output, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got["nsp_logits"], want.nsp_logits, atol=1e-5, rtol=0)
+    for i in range(2):
+        n = want.lengths[i]
+        np.testing.assert_allclose(got["last_hidden_state"][i, :n], want.token_states(i), atol=1e-5, rtol=0)
+
+
+def test_fastembed_embeds_as_the_runtime(limited_export: Path, tmp_path: Path) -> None:
+    """fastembed loads the directory itself (no hub) and truncates only at 512, as the runtime does."""
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    name = f"bertonnx/limited-{tmp_path.name}"  # fastembed keeps custom models in a process-wide registry
+    TextEmbedding.add_custom_model(
+        model=name,
+        pooling=PoolingType.MEAN,
+        normalization=True,
+        sources=ModelSource(hf=name),
+        dim=32,
+        model_file="model.onnx",
+    )
+    fastembed = TextEmbedding(name, specific_model_path=str(limited_export), cache_dir=str(tmp_path), threads=1)
+    texts = ["the weather is nice", " ".join(["word"] * 300), " ".join(["other"] * 600)]
+    got = np.stack(list(fastembed.embed(texts)))
+    want = BertOnnx(limited_export).embed(texts, "mean", normalize=True, truncation=True)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_graph_inputs_outputs_and_dynamic_axes(tiny_export: Path) -> None:
