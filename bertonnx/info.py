@@ -3,32 +3,62 @@
 Parameter counts come from the ONNX graph's own initializers (not from the manifest), so they prove what
 the file holds: the total of float weights, the token-embedding table (the initializer gathered by
 ``input_ids``), the pooler (weights between ``last_hidden_state`` and ``pooler_output``) and the NSP head
-(weights between ``pooler_output`` and ``nsp_logits``).
+(weights between ``pooler_output`` and ``nsp_logits``). The graph is read with the ``onnx`` package,
+without its external weights; ``onnx`` is imported only here, never on ``BertOnnx``'s load path.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .errors import ModelDirectoryError
 from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Manifest
-from .onnx_reader import GraphInfo, read_graph
 
-__all__ = ["COUNTABLE_VARIANTS", "count_parameters", "describe", "mean_pooler_cosine"]
+if TYPE_CHECKING:
+    import onnx
 
-ONNX_FLOAT = 1
+__all__ = ["COUNTABLE_VARIANTS", "count_parameters", "describe", "mean_pooler_cosine", "read_graph"]
+
+ONNX_FLOAT = 1  # onnx.TensorProto.FLOAT
 #: Variants whose weights are float initializers (int8 weights are stored quantized).
 COUNTABLE_VARIANTS = ("fp32", "optimized")
 #: Input index of the word-embedding table in onnxruntime's fused EmbedLayerNormalization node.
 EMBED_LAYER_NORM_WORD_INPUT = 2
 
 
-def _weights_between(graph: GraphInfo, target: str, stop: str) -> set[str]:
+def read_graph(path: Path) -> onnx.ModelProto:
+    """The ONNX model at ``path``, without its external weights (initializers keep names, types and dims).
+
+    Raises:
+        ModelDirectoryError: the file is missing, or is not an ONNX model holding a graph.
+    """
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise ModelDirectoryError(f"{path} is missing; re-run the export") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and onnx's own errors
+        raise ModelDirectoryError(f"{path} is not a valid ONNX model file ({exc}); re-run the export") from None
+    if not model.graph.node:
+        raise ModelDirectoryError(f"{path} holds no ONNX graph; re-run the export")
+    return model
+
+
+def _shape(value: onnx.ValueInfoProto) -> list[int | str | None]:
+    """Each axis as its size, its symbolic name, or ``None`` when unknown."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in value.type.tensor_type.shape.dim]
+
+
+def _weights_between(graph: onnx.GraphProto, target: str, stop: str) -> set[str]:
     """Names of float initializers feeding ``target``, walking back from it until tensor ``stop``."""
-    producers = {out: node for node in graph.nodes for out in node.outputs}
-    floats = {t.name for t in graph.initializers if t.data_type == ONNX_FLOAT}
+    producers = {out: node for node in graph.node for out in node.output}
+    floats = {t.name for t in graph.initializer if t.data_type == ONNX_FLOAT}
     found: set[str] = set()
     seen: set[str] = set()
     queue = deque([target])
@@ -40,11 +70,11 @@ def _weights_between(graph: GraphInfo, target: str, stop: str) -> set[str]:
         if tensor in floats:
             found.add(tensor)
         elif tensor in producers:
-            queue.extend(producers[tensor].inputs)
+            queue.extend(producers[tensor].input)
     return found
 
 
-def count_parameters(graph: GraphInfo) -> dict[str, int]:
+def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
     """Count parameters from the initializers of an fp32 (plain or fused) BERT graph with our outputs.
 
     Returns:
@@ -54,13 +84,14 @@ def count_parameters(graph: GraphInfo) -> dict[str, int]:
     Raises:
         ValueError: the graph does not have the expected outputs or word-embedding lookup.
     """
-    sizes = {t.name: t.size for t in graph.initializers if t.data_type == ONNX_FLOAT and t.dims}
+    graph = model.graph
+    sizes = {t.name: math.prod(t.dims) for t in graph.initializer if t.data_type == ONNX_FLOAT and t.dims}
     word = None
-    for node in graph.nodes:
-        if node.op_type == "Gather" and len(node.inputs) > 1 and node.inputs[1] == "input_ids":
-            word = node.inputs[0]
+    for node in graph.node:
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == "input_ids":
+            word = node.input[0]
         elif node.op_type == "EmbedLayerNormalization":
-            word = node.inputs[EMBED_LAYER_NORM_WORD_INPUT]
+            word = node.input[EMBED_LAYER_NORM_WORD_INPUT]
     if word is None or word not in sizes:
         raise ValueError("no word-embedding lookup on input_ids found in the graph")
     nsp = _weights_between(graph, "nsp_logits", stop="pooler_output")
@@ -92,20 +123,22 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         }
     counted_from = next((v for v in COUNTABLE_VARIANTS if v in manifest.variants), None)
     parameters: dict[str, Any] = {"counted_from": None, "counts": dict(manifest.data.get("parameters", {}))}
-    graph = None
+    model = None
     if counted_from is not None:
-        graph = read_graph(directory / VARIANT_FILES[counted_from])
-        parameters = {"counted_from": f"{VARIANT_FILES[counted_from]} initializers", "counts": count_parameters(graph)}
+        model = read_graph(directory / VARIANT_FILES[counted_from])
+        parameters = {"counted_from": f"{VARIANT_FILES[counted_from]} initializers", "counts": count_parameters(model)}
         parameters["matches_manifest"] = parameters["counts"] == manifest.data.get("parameters")
     else:
         parameters["counted_from"] = "manifest (no fp32 graph in this directory)"
     onnx_files = [r["file"] for r in manifest.variants.values() if str(r["file"]).endswith(".onnx")]
-    if graph is None and onnx_files:
-        graph = read_graph(directory / onnx_files[0])
-    if graph is not None:
-        inputs = [{"name": v.name, "shape": list(v.shape)} for v in graph.inputs]
-        outputs = [{"name": v.name, "shape": list(v.shape)} for v in graph.outputs]
-        opset = graph.opsets.get("", manifest.data.get("opset"))
+    if model is None and onnx_files:
+        model = read_graph(directory / onnx_files[0])
+    if model is not None:
+        initializers = {t.name for t in model.graph.initializer}
+        inputs = [{"name": v.name, "shape": _shape(v)} for v in model.graph.input if v.name not in initializers]
+        outputs = [{"name": v.name, "shape": _shape(v)} for v in model.graph.output]
+        opsets = {o.domain: o.version for o in model.opset_import}
+        opset = opsets.get("", manifest.data.get("opset"))
     else:  # only OpenVINO IR in the directory: the manifest recorded the graph's inputs and outputs
         recorded = manifest.data.get("graph", {})
         inputs = [{"name": v["name"], "shape": v["shape"]} for v in recorded.get("inputs", [])]

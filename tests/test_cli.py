@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from bertonnx.cli import main
-from bertonnx.info import count_parameters
-from bertonnx.onnx_reader import read_graph
+from bertonnx.info import count_parameters, read_graph
 
 from .conftest import ROOT, run_torch_free
 
