@@ -246,9 +246,9 @@ def test_padding_changes_no_result_except_int8(tiny_export: Path, variant: str) 
         assert all(diff <= 1e-5 for diff, _ in worst.values()), worst
 
 
-#: README's int8 figures (real MiniLM weights): a text alone vs in a padded batch of 4, worst over
-#: BATCH_TEXTS. Measured: hidden-state token cosine 0.949, pooler 0.989, mean-pooled 0.969.
-INT8_BATCH_MIN_COSINE = {"last_hidden_state": 0.94, "pooler_output": 0.98, "mean_pooled": 0.96}
+#: README's int8 bounds (real MiniLM weights): a text alone vs in a padded batch of 4, worst over
+#: BATCH_TEXTS. Measured: hidden-state token cosine 0.955, pooler 0.990, mean-pooled 0.964.
+INT8_BATCH_MIN_COSINE = {"last_hidden_state": 0.94, "pooler_output": 0.98, "mean_pooled": 0.95}
 
 
 @pytest.mark.slow
