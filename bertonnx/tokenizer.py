@@ -119,13 +119,15 @@ class TextTokenizer:
         self._base = base
         self.max_positions = max_positions
         spec = json.loads(base.to_str())
-        #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole).
-        self.prefix_safe = all(
+        added = list(base.get_added_tokens_decoder().values())
+        #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole): BERT's
+        #: pipeline, with special tokens matched in the raw text (not after normalizing).
+        self.prefix_safe = not any(t.normalized for t in added) and all(
             (spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items()
         )
         # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
         # within its length of the end are not taken as final.
-        self._added_chars = max((len(t.content) for t in base.get_added_tokens_decoder().values()), default=0)
+        self._added_chars = max((len(t.content) for t in added), default=0)
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._base.token_to_id(token)
@@ -147,8 +149,8 @@ class TextTokenizer:
         text, ``max_length - 2`` for each side of a pair, since BERT's pair rule needs to know whether a
         side is longer than the whole budget), doubled until the prefix holds that many complete tokens or
         is the whole text. The ids are exactly those of tokenizing the whole text and cutting it; the work
-        is proportional to the tokens kept, and at most twice the text for texts that give few tokens per
-        character (whitespace, control characters). Unlike a cut at a fixed number of characters (TEI cuts
+        is proportional to the tokens kept, and about twice the text at most for texts that give few tokens
+        per character (whitespace, control characters). Unlike a cut at a fixed number of characters (TEI cuts
         at 250 per token), this never changes the result.
 
         Args:

@@ -104,6 +104,25 @@ def test_truncation_memory_stays_bounded(
         assert found["value"] == pytest.approx(model.nsp(want_a, want_b), abs=1e-6)
 
 
+def test_a_pipeline_other_than_berts_is_tokenized_whole(tiny_export: Path, tmp_path: Path) -> None:
+    """Prefixes are exact only for BERT's normalizer, pre-tokenizer and WordPiece; any other is cut whole."""
+    from tokenizers import Tokenizer
+
+    from bertonnx.tokenizer import TextTokenizer
+
+    data = json.loads((tiny_export / "tokenizer.json").read_text())
+    data["pre_tokenizer"] = {"type": "Whitespace"}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(data))
+    tokenizer = TextTokenizer(path, 512)
+    assert not tokenizer.prefix_safe
+    assert TextTokenizer(tiny_export / "tokenizer.json", 512).prefix_safe
+    text = "word, " * 3000
+    whole = Tokenizer.from_file(str(path)).encode(text, add_special_tokens=False).ids
+    (got,) = tokenizer.encode([text], None, truncation=True, max_length=16)
+    assert got.ids == [101, *whole[:14], 102]
+
+
 # -- 2. every str tokenized as the reference does --------------------------------------------------------
 
 
