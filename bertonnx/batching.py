@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import Protocol
 
 import numpy as np
-from tokenizers import Encoding
 
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
@@ -29,6 +29,7 @@ __all__ = [
     "TOKENIZE_CHUNK_TEXTS",
     "Batch",
     "BatchLimits",
+    "TokenSequence",
     "iter_chunks",
     "make_batch",
     "pad",
@@ -44,6 +45,17 @@ DEFAULT_MAX_BATCH_SIZE = 256
 SORT_WINDOW_TOKENS = 1 << 18
 #: Texts tokenized per ``encode_batch`` call while a window fills.
 TOKENIZE_CHUNK_TEXTS = 512
+
+
+class TokenSequence(Protocol):
+    """What padding reads from one input: a ``tokenizers.Encoding``, or ids a caller already has (the
+    server's KServe route takes token ids, not texts)."""
+
+    @property
+    def ids(self) -> Sequence[int]: ...
+
+    @property
+    def type_ids(self) -> Sequence[int]: ...
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,7 @@ def iter_chunks(
         start += len(chunk)
 
 
-def pad(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pad(encodings: Sequence[TokenSequence]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Right-pad encodings to the longest: ``(input_ids, attention_mask, token_type_ids)``, int64 ``[b, t]``."""
     width = max(len(e.ids) for e in encodings)
     ids = np.zeros((len(encodings), width), dtype=np.int64)
@@ -139,7 +151,7 @@ def pad(encodings: Sequence[Encoding]) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return ids, mask, types
 
 
-def make_batch(encodings: Sequence[Encoding], indices: Sequence[int] | np.ndarray) -> Batch:
+def make_batch(encodings: Sequence[TokenSequence], indices: Sequence[int] | np.ndarray) -> Batch:
     """Pad ``encodings`` into one :class:`Batch` whose rows carry ``indices``."""
     ids, mask, types = pad(encodings)
     lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))

@@ -37,6 +37,7 @@ _EXTRA_COMMANDS = {
         "bertonnx_benchmarks.cli",
         "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'",
     ),
+    "serve": ("bertonnx.serve.cli", "the server needs the serve extra: pip install 'bertonnx[serve]'"),
 }
 
 
@@ -268,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("export", "export a BERT checkpoint to a verified model directory (needs bertonnx[export])"),
         ("parity", "compare every variant of DIR with PyTorch (needs bertonnx[export])"),
         ("bench", "latency benchmarks against PyTorch (needs bertonnx[bench])"),
+        ("serve", "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (needs bertonnx[serve])"),
     ):
         sub.add_parser(name, help=help_text, add_help=False)
     return parser

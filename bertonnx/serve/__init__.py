@@ -1,0 +1,29 @@
+"""``bertonnx serve``: BERT over HTTP, batched across requests (the ``bertonnx[serve]`` extra).
+
+Speaks Text Embeddings Inference (``/embed``, ``/predict``, ``/encode``, ``/tokenize``), OpenAI
+(``/v1/embeddings``) and KServe v2 / Triton HTTP (``/v2/...``, JSON and binary tensors), with one scheduler
+cutting batches from every request by the runtime's token budget. Every answer equals what
+:class:`bertonnx.BertOnnx` gives offline. ``import bertonnx`` never imports this package or its
+dependencies (FastAPI, uvicorn, pydantic, prometheus-client).
+
+Modules, in the order a request passes them: :mod:`.middleware` (accounting, auth, body limit),
+:mod:`.app` (routes) with :mod:`.protocol` (bodies) and :mod:`.kserve` (tensors), :mod:`.scheduler`
+(queue and batches), :mod:`.engine` (one run on ``BertOnnx``); around them :mod:`.options`,
+:mod:`.errors`, :mod:`.metrics`, :mod:`.server` (uvicorn, draining) and :mod:`.cli`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+INSTALL_HINT = "pip install 'bertonnx[serve]'"
+_REQUIRED = ("fastapi", "uvicorn", "pydantic", "prometheus_client")
+_missing = [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
+if _missing:
+    raise ImportError(f"bertonnx serve needs {', '.join(_missing)}: {INSTALL_HINT}")
+
+from .app import create_app  # noqa: E402 - after the dependency check
+from .options import ServeOptions  # noqa: E402
+from .server import run_server  # noqa: E402
+
+__all__ = ["INSTALL_HINT", "ServeOptions", "create_app", "run_server"]

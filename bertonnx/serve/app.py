@@ -1,0 +1,617 @@
+"""``create_app``: the FastAPI application: routes of the three protocols over one scheduler and model.
+
+A request goes down one path and never climbs back: HTTP (middleware, pydantic body) -> tokenization (a
+worker thread) -> the scheduler's queue -> one engine run on the engine thread (``BertOnnx.run_batch``)
+-> this request's answers, formatted for its protocol. Loading and warm-up happen after the port is
+bound, in the background: ``/health`` answers at once, ``/ready`` and the model routes say 503 until
+the model is warm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import platform
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from tokenizers import Encoding
+
+from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
+from ..model import DEFAULT_VARIANT, BertOnnx
+from ..version import __version__
+from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from .errors import ERROR_STATUS, ServeError, error_body, validation_message
+from .kserve import BINARY_HEADER, INPUT_DATATYPE, OUTPUT_DATATYPE, decode_body, encode_response, parse_infer_request
+from .metrics import CONTENT_TYPE, ServeMetrics
+from .middleware import ARRIVAL_KEY, BearerAuth, BodyLimit, InFlight, RequestAccounting
+from .options import ServeOptions
+from .protocol import (
+    REQUEST_EXAMPLES,
+    EmbedRequest,
+    EncodedInput,
+    EncodeRequest,
+    ErrorResponse,
+    InfoResponse,
+    KServeInferRequest,
+    KServeInferResponse,
+    KServeModelMetadata,
+    KServeTensorMetadata,
+    OpenAIEmbeddingsRequest,
+    OpenAIEmbeddingsResponse,
+    Prediction,
+    PredictRequest,
+    TokenizeRequest,
+    Tokens,
+)
+from .scheduler import QueueFull, Scheduler
+
+__all__ = ["OPEN_PATHS", "ServerState", "create_app"]
+
+log = logging.getLogger("bertonnx.serve")
+
+#: Routes that need no bearer token even with --api-key: liveness, readiness (ours and KServe's), metrics.
+OPEN_PATHS = ("/health", "/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
+#: The only model version KServe routes know.
+MODEL_VERSION = "1"
+#: Status recorded for a request whose client left before its answer (nginx's "client closed request").
+CLIENT_CLOSED_STATUS = 499
+NSP_LABELS = {NSP_IS_NEXT_INDEX: "is_next", 1 - NSP_IS_NEXT_INDEX: "not_next"}
+VERSIONED_PACKAGES = ("onnxruntime", "tokenizers", "numpy", "fastapi", "uvicorn", "pydantic", "prometheus-client")
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": kind}
+    for kind, status in ERROR_STATUS.items()
+    if kind not in ("not_found", "method_not_allowed", "backend")
+}
+
+
+class ClientGone(Exception):
+    """The client closed its connection while its inputs were queued (they were dropped)."""
+
+
+class ServerState:
+    """Everything the routes share: options, metrics, the model and scheduler once loaded, the lifecycle."""
+
+    def __init__(self, options: ServeOptions, model_name: str) -> None:
+        self.options = options
+        self.model_name = model_name
+        self.metrics = ServeMetrics()
+        self.in_flight = InFlight()
+        self.model: BertOnnx | None = None
+        self.scheduler: Scheduler | None = None
+        self.ready = False
+        self.draining = False
+        self.load_error: str | None = None
+
+    async def load(self, source: str | Path | BertOnnx, variant: str, threads: int | None) -> None:
+        """Load (in a worker thread), warm up, start the scheduler, then say ready; record any failure."""
+        try:
+            started = time.monotonic()
+            if isinstance(source, BertOnnx):
+                model = source
+            else:
+                model = await asyncio.to_thread(BertOnnx, source, variant, threads=threads)
+            engine = Engine(model)
+            await asyncio.to_thread(engine.warmup)
+            scheduler = Scheduler(
+                engine.run,
+                self.options.limits,
+                max_queue=self.options.max_queue,
+                batch_wait_s=self.options.batch_wait_s,
+                metrics=self.metrics,
+            )
+            scheduler.start()
+            self.model, self.scheduler, self.ready = model, scheduler, True
+            log.info("ready: %r loaded and warmed up in %.2f s", model, time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - reported by /ready and the server's exit code
+            self.load_error = f"{type(exc).__name__}: {exc}"
+            log.error("the model failed to load: %s", self.load_error)
+
+    def unavailable(self) -> ServeError | None:
+        """Why model routes cannot answer now (503), or ``None``."""
+        if self.draining:
+            return ServeError(
+                "the server is shutting down and takes no new requests; send this request to another instance "
+                "or retry after the restart",
+                "unavailable",
+                {"Connection": "close"},
+            )
+        if self.load_error is not None:
+            return ServeError(f"the model failed to load ({self.load_error}); fix it and restart", "unavailable")
+        if not self.ready:
+            return ServeError(
+                "the model is still loading and warming up; retry when GET /ready answers 200",
+                "unavailable",
+                {"Retry-After": "1"},
+            )
+        return None
+
+    def require_model(self) -> tuple[BertOnnx, Scheduler]:
+        """The model and scheduler, or raise the 503 that says why not."""
+        problem = self.unavailable()
+        if problem is not None:
+            raise problem
+        if self.model is None or self.scheduler is None:  # ready implies both; kept for the type checker
+            raise ServeError("the model is not loaded; retry when GET /ready answers 200", "unavailable")
+        return self.model, self.scheduler
+
+
+# -- the steps of a request -----------------------------------------------------------------------------
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value] if isinstance(value, (str, tuple)) else list(value)
+
+
+def _check_count(count: int, options: ServeOptions) -> None:
+    if count == 0:
+        raise ServeError("inputs is empty; send at least one input", "validation")
+    if count > options.max_client_batch_size:
+        raise ServeError(
+            f"{count} inputs in one request, more than --max-client-batch-size {options.max_client_batch_size}; "
+            "split the request",
+            "payload_too_large",
+        )
+
+
+def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], truncation: bool) -> list[Encoding]:
+    """Tokenize texts and pairs (mixed) as the model is fed, in order.
+
+    Runs of texts and runs of pairs are encoded together; errors name the input's index in ``items``.
+
+    Raises:
+        ValueError: an input is over the model's positions and ``truncation`` is off.
+    """
+    encodings: list[Encoding] = []
+    start = 0
+    while start < len(items):
+        is_pair = isinstance(items[start], tuple)
+        stop = start
+        while stop < len(items) and isinstance(items[stop], tuple) == is_pair:
+            stop += 1
+        run = items[start:stop]
+        texts = [item[0] if isinstance(item, tuple) else item for item in run]
+        pairs = [item[1] for item in run if isinstance(item, tuple)] if is_pair else None
+        encodings += model.tokenizer.encode(
+            texts, pairs, truncation=truncation, max_length=model.max_length, first_index=start
+        )
+        start = stop
+    return encodings
+
+
+async def _tokenize(
+    state: ServerState, model: BertOnnx, items: Sequence[str | tuple[str, str]], truncate: bool | None
+) -> list[Encoding]:
+    truncation = state.options.auto_truncate if truncate is None else truncate
+    started = time.monotonic()
+    try:
+        encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
+    except ValueError as exc:
+        raise ServeError(f'{exc} Over HTTP: send "truncate": true to cut it.', "validation") from None
+    state.metrics.tokenization_duration.observe(time.monotonic() - started)
+    return encodings
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _compute(state: ServerState, scheduler: Scheduler, request: Request, works: list[Work]) -> list[Any]:
+    """Queue ``works`` and wait for their answers, the client leaving, or the request's deadline."""
+    timeout = state.options.request_timeout
+    deadline = request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()) + timeout
+    try:
+        ticket = scheduler.submit(works, deadline)
+    except QueueFull as full:
+        raise ServeError(
+            f"the queue is full ({full.queued} inputs waiting, --max-queue {full.max_queue}); retry after "
+            f"{full.retry_after} s or send fewer inputs",
+            "overloaded",
+            {"Retry-After": str(full.retry_after)},
+        ) from None
+    watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
+    waiting: set[asyncio.Future[Any]] = {ticket.future, watcher}
+    try:
+        done, _ = await asyncio.wait(
+            waiting, timeout=max(0.0, deadline - time.monotonic()), return_when=asyncio.FIRST_COMPLETED
+        )
+        if ticket.future in done:
+            answers: list[Any] = ticket.future.result()
+            return answers
+        if watcher in done:
+            scheduler.cancel(ticket, "disconnected")
+            raise ClientGone
+        scheduler.cancel(ticket, "timeout")
+        raise ServeError(
+            f"the request took more than --request-timeout {timeout:g} s; its queued inputs were dropped, not "
+            "computed. Retry later, send fewer inputs, or raise --request-timeout",
+            "timeout",
+        )
+    finally:
+        watcher.cancel()
+
+
+def _json(content: Any) -> Response:
+    return JSONResponse(content)
+
+
+def _predictions(logits: np.ndarray, raw_scores: bool) -> list[dict[str, Any]]:
+    values = np.asarray(logits, dtype=np.float64)
+    if not raw_scores:
+        shifted = np.exp(values - values.max())
+        values = (shifted / shifted.sum()).astype(np.float32)
+    ranked = sorted(range(len(values)), key=lambda i: -float(values[i]))
+    return [{"label": NSP_LABELS[i], "score": float(values[i])} for i in ranked]
+
+
+def _versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"bertonnx": __version__, "python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+# -- the application ------------------------------------------------------------------------------------
+
+
+def create_app(
+    model: str | Path | BertOnnx,
+    options: ServeOptions | None = None,
+    *,
+    variant: str = DEFAULT_VARIANT,
+    threads: int | None = None,
+) -> FastAPI:
+    """Build the server's ASGI application.
+
+    Args:
+        model: a directory written by ``bertonnx export`` (loaded in the background once the server runs),
+            or a loaded :class:`BertOnnx`.
+        options: limits and defaults (default: ``ServeOptions()``).
+        variant: which variant of the directory to load (ignored for a loaded model).
+        threads: onnxruntime intra-op threads (default: physical cores; ignored for a loaded model).
+
+    Returns:
+        A FastAPI app; its lifespan loads and warms up the model and runs the scheduler. Its
+        :class:`ServerState` is ``app.state.bertonnx``.
+
+    Raises:
+        TypeError: ``model`` or ``options`` has the wrong type.
+    """
+    options = options or ServeOptions()
+    if not isinstance(options, ServeOptions):
+        raise TypeError(f"options must be a bertonnx.serve.ServeOptions, got {type(options).__name__}")
+    if isinstance(model, BertOnnx):
+        default_name = model.manifest.directory.name
+    elif isinstance(model, (str, Path)):
+        default_name = Path(model).resolve().name
+    else:
+        raise TypeError(f"model must be a model directory or a BertOnnx, got {type(model).__name__}")
+    state = ServerState(options, options.model_name or default_name)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loader = asyncio.create_task(state.load(model, variant, threads), name="bertonnx-load")
+        try:
+            yield
+        finally:
+            if not loader.done():
+                loader.cancel()
+            if state.scheduler is not None:
+                await state.scheduler.stop()
+
+    app = FastAPI(
+        title="bertonnx",
+        version=__version__,
+        description="BERT (encoder, pooler, NSP head) on onnxruntime: Text Embeddings Inference, OpenAI and "
+        "KServe v2 routes over one batching scheduler. Errors are JSON {error, error_type}.",
+        lifespan=lifespan,
+    )
+    app.state.bertonnx = state
+    _add_error_handlers(app)
+    _add_tei_routes(app, state)
+    _add_openai_routes(app, state)
+    _add_kserve_routes(app, state)
+    _add_server_routes(app, state)
+    app.add_middleware(BodyLimit, limit=options.payload_limit)
+    if options.api_key is not None:
+        app.add_middleware(BearerAuth, api_key=options.api_key, open_paths=OPEN_PATHS)
+    app.add_middleware(RequestAccounting, metrics=state.metrics, in_flight=state.in_flight, routes=lambda: app.routes)
+    return app
+
+
+def _error_response(error: ServeError) -> Response:
+    return Response(error.body(), status_code=error.status, headers=error.headers, media_type="application/json")
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, exc: ServeError) -> Response:
+        return _error_response(exc)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED_STATUS)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> Response:
+        message = validation_message(exc.errors(), REQUEST_EXAMPLES.get(request.url.path))
+        return _error_response(ServeError(message, "validation"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; the routes are listed at /docs"
+            return _error_response(ServeError(message, "not_found"))
+        if exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; the routes are listed at /docs"
+            return _error_response(ServeError(message, "method_not_allowed"))
+        kinds = {status: kind for kind, status in ERROR_STATUS.items()}
+        kind = kinds.get(exc.status_code, "validation")
+        return Response(
+            error_body(str(exc.detail), kind), status_code=ERROR_STATUS[kind], media_type="application/json"
+        )
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return _error_response(ServeError(f"internal error ({type(exc).__name__}: {exc})", "backend"))
+
+
+def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
+    options = state.options
+
+    @app.post("/embed", tags=["TEI"], response_model=list[list[float]], responses=ERROR_RESPONSES)
+    async def embed(body: EmbedRequest, request: Request) -> Response:
+        """One vector per text, in the request's order (TEI's /embed; ``pooling`` is ours)."""
+        model, scheduler = state.require_model()
+        texts = _as_list(body.inputs)
+        _check_count(len(texts), options)
+        encodings = await _tokenize(state, model, texts, body.truncate)
+        task = Task(EMBED, pooling=body.pooling or options.pooling, normalize=body.normalize)
+        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        return _json(np.stack(answers).tolist())
+
+    @app.post(
+        "/predict",
+        tags=["TEI"],
+        response_model=list[Prediction] | list[list[Prediction]],
+        responses=ERROR_RESPONSES,
+    )
+    async def predict(body: PredictRequest, request: Request) -> Response:
+        """Next-sentence prediction: per pair, both labels sorted by score (one pair in: one list out)."""
+        model, scheduler = state.require_model()
+        pairs = _as_list(body.inputs)
+        _check_count(len(pairs), options)
+        encodings = await _tokenize(state, model, pairs, body.truncate)
+        task = Task(NSP)
+        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        predictions = [_predictions(logits, body.raw_scores) for logits in answers]
+        return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions)
+
+    @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
+    async def encode(body: EncodeRequest, request: Request) -> Response:
+        """Every graph output of each text or pair: hidden states (no padding), pooler output, NSP logits."""
+        model, scheduler = state.require_model()
+        items = _as_list(body.inputs)
+        _check_count(len(items), options)
+        encodings = await _tokenize(state, model, items, body.truncate)
+        task = Task(GRAPH)
+        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        return _json(
+            [
+                {
+                    "tokens": e.tokens,
+                    "ids": e.ids,
+                    "type_ids": e.type_ids,
+                    **{name: answer[name].tolist() for name in OUTPUT_NAMES},
+                }
+                for e, answer in zip(encodings, answers, strict=True)
+            ]
+        )
+
+    @app.post("/tokenize", tags=["TEI"], response_model=list[Tokens], responses=ERROR_RESPONSES)
+    async def tokenize(body: TokenizeRequest) -> Response:
+        """Tokens, ids and segment ids of each text or pair, exactly as the model is fed."""
+        model, _ = state.require_model()
+        items = _as_list(body.inputs)
+        _check_count(len(items), options)
+        encodings = await _tokenize(state, model, items, body.truncate)
+        return _json(
+            [
+                {"tokens": e.tokens, "ids": e.ids, "type_ids": e.type_ids, "attention_mask": [1] * len(e.ids)}
+                for e in encodings
+            ]
+        )
+
+
+def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
+    options = state.options
+
+    @app.post("/v1/embeddings", tags=["OpenAI"], response_model=OpenAIEmbeddingsResponse, responses=ERROR_RESPONSES)
+    async def embeddings(body: OpenAIEmbeddingsRequest, request: Request) -> Response:
+        """OpenAI's embeddings API: unit-length vectors with the server's --pooling."""
+        model, scheduler = state.require_model()
+        if body.dimensions is not None and body.dimensions != model.hidden_size:
+            raise ServeError(
+                f"dimensions is {body.dimensions}, but this model gives {model.hidden_size}-dimensional vectors; "
+                f"omit dimensions or send {model.hidden_size}",
+                "validation",
+            )
+        texts = _as_list(body.input)
+        _check_count(len(texts), options)
+        encodings = await _tokenize(state, model, texts, None)
+        task = Task(EMBED, pooling=options.pooling, normalize=True)
+        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        if body.encoding_format == "base64":
+            vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
+        else:
+            vectors = [a.tolist() for a in answers]
+        tokens = sum(len(e.ids) for e in encodings)
+        return _json(
+            {
+                "object": "list",
+                "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+                "model": state.model_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+
+def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
+    options = state.options
+
+    def check_model(name: str, version: str | None) -> tuple[BertOnnx, Scheduler]:
+        if name != state.model_name:
+            raise ServeError(f"model {name!r} is not served here; this server serves {state.model_name!r}", "not_found")
+        if version is not None and version != MODEL_VERSION:
+            raise ServeError(f"model {name!r} has only version {MODEL_VERSION}, not {version!r}", "not_found")
+        return state.require_model()
+
+    @app.get("/v2", tags=["KServe v2"])
+    async def server_metadata() -> dict[str, Any]:
+        """KServe v2 server metadata."""
+        return {"name": "bertonnx", "version": __version__, "extensions": ["binary_tensor_data"]}
+
+    @app.get("/v2/health/live", tags=["KServe v2"])
+    async def live() -> dict[str, bool]:
+        """KServe v2 liveness: 200 while the process serves."""
+        return {"live": True}
+
+    @app.get("/v2/health/ready", tags=["KServe v2"], responses=ERROR_RESPONSES)
+    async def server_ready() -> dict[str, bool]:
+        """KServe v2 readiness: 200 once the model is warm, 503 while loading or draining."""
+        state.require_model()
+        return {"ready": True}
+
+    async def model_metadata(name: str, version: str | None = None) -> KServeModelMetadata:
+        model, _ = check_model(name, version)
+        dims = {"last_hidden_state": [-1, -1, model.hidden_size], "pooler_output": [-1, model.hidden_size]}
+        return KServeModelMetadata(
+            name=state.model_name,
+            versions=[MODEL_VERSION],
+            platform=f"bertonnx_{model.backend}",
+            inputs=[
+                KServeTensorMetadata(name=i.name, datatype=INPUT_DATATYPE, shape=[-1, -1])
+                for i in model.session.get_inputs()
+            ],
+            outputs=[
+                KServeTensorMetadata(name=name, datatype=OUTPUT_DATATYPE, shape=dims.get(name, [-1, 2]))
+                for name in OUTPUT_NAMES
+            ],
+        )
+
+    async def model_ready(name: str, version: str | None = None) -> dict[str, Any]:
+        check_model(name, version)
+        return {"name": name, "ready": True}
+
+    async def infer(name: str, request: Request, version: str | None = None) -> Response:
+        model, scheduler = check_model(name, version)
+        body = decode_body(await request.body(), request.headers.get("content-encoding"), options.payload_limit)
+        config = model.manifest.config
+        rows = parse_infer_request(
+            body,
+            request.headers.get(BINARY_HEADER),
+            input_names=[i.name for i in model.session.get_inputs()],
+            vocab_size=int(config["vocab_size"]),
+            type_vocab_size=int(config.get("type_vocab_size", 2)),
+            max_length=model.max_length,
+            max_client_batch_size=options.max_client_batch_size,
+        )
+        task = Task(GRAPH, outputs=tuple(dict.fromkeys(output for output, _ in rows.outputs)))
+        works = [Work(ids, types, task) for ids, types in zip(rows.ids, rows.type_ids, strict=True)]
+        answers = await _compute(state, scheduler, request, works)
+        content, headers = encode_response(rows, answers, model_name=state.model_name, hidden_size=model.hidden_size)
+        return Response(content, headers=headers)
+
+    infer_body = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": KServeInferRequest.model_json_schema()}},
+        }
+    }
+    for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
+        app.add_api_route(
+            prefix, model_metadata, methods=["GET"], tags=["KServe v2"], response_model=KServeModelMetadata
+        )
+        app.add_api_route(prefix + "/ready", model_ready, methods=["GET"], tags=["KServe v2"])
+        app.add_api_route(
+            prefix + "/infer",
+            infer,
+            methods=["POST"],
+            tags=["KServe v2"],
+            response_model=KServeInferResponse,
+            responses=ERROR_RESPONSES,
+            openapi_extra=infer_body,
+            summary="KServe v2 inference on token ids (JSON or binary tensors)",
+        )
+
+
+def _add_server_routes(app: FastAPI, state: ServerState) -> None:
+    options = state.options
+
+    @app.get("/health", tags=["server"])
+    async def health() -> dict[str, str]:
+        """Liveness: 200 while the process serves (also while loading and draining)."""
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["server"], responses=ERROR_RESPONSES)
+    async def ready() -> dict[str, str]:
+        """Readiness: 200 once the model is loaded and warm; 503 while loading, after a failed load, or
+        while draining."""
+        state.require_model()
+        return {"status": "ready"}
+
+    @app.get("/info", tags=["server"], response_model=InfoResponse, responses=ERROR_RESPONSES)
+    async def info() -> Response:
+        """The model, its variant, engine and precision, the server's limits and package versions."""
+        model = state.model
+        if model is None:
+            raise state.unavailable() or ServeError("the model is not loaded yet", "unavailable")
+        manifest = model.manifest
+        return _json(
+            {
+                "model_name": state.model_name,
+                "model_dir": str(manifest.directory),
+                "source": manifest.data.get("source"),
+                "variant": model.variant,
+                "engine": model.backend,
+                "precision": model.precision,
+                "random_weights": manifest.random_weights,
+                "hidden_size": model.hidden_size,
+                "max_input_length": model.max_length,
+                "pooling": options.pooling,
+                "threads": model.options.intra_op_threads,
+                "limits": {
+                    "max_batch_tokens": options.max_batch_tokens,
+                    "max_batch_size": options.max_batch_size,
+                    "max_client_batch_size": options.max_client_batch_size,
+                    "max_queue": options.max_queue,
+                    "batch_wait_ms": options.batch_wait_ms,
+                    "payload_limit": options.payload_limit,
+                    "request_timeout": options.request_timeout,
+                    "drain_timeout": options.drain_timeout,
+                    "auto_truncate": options.auto_truncate,
+                    "api_key": options.api_key is not None,
+                },
+                "versions": _versions(),
+            }
+        )
+
+    @app.get("/metrics", tags=["server"], response_class=Response)
+    async def metrics() -> Response:
+        """Prometheus metrics (see the README for the names)."""
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)

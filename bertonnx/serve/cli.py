@@ -1,0 +1,158 @@
+"""``bertonnx serve DIR [options]``: its own parser (options anywhere on the line), then the server.
+
+The directory and variant are checked before the port is bound (a typo exits 2 at once, naming the
+fix); loading and warm-up then run behind the bound port, reported by ``/ready``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from ..errors import ModelDirectoryError
+from ..manifest import VARIANT_FILES, read_manifest
+from ..model import DEFAULT_VARIANT
+from ..outputs import POOLING_MODES
+from .app import create_app
+from .options import (
+    DEFAULT_BATCH_WAIT_MS,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_MAX_CLIENT_BATCH_SIZE,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PAYLOAD_LIMIT,
+    DEFAULT_POOLING,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    ServeOptions,
+)
+from .server import DEFAULT_HOST, DEFAULT_PORT, run_server
+
+__all__ = ["API_KEY_ENV", "build_parser", "main"]
+
+EXIT_USAGE = 2
+#: Read when --api-key is not given, so the key need not appear in the process list.
+API_KEY_ENV = "BERTONNX_API_KEY"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = ServeOptions()
+    p = argparse.ArgumentParser(
+        prog="bertonnx serve",
+        description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
+        "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
+    )
+    p.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    p.add_argument("--variant", default=DEFAULT_VARIANT, help=f"one of {', '.join(VARIANT_FILES)} (default fp32)")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: loopback only)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: physical cores)")
+    p.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=defaults.max_batch_tokens,
+        help=f"padded tokens (longest x inputs) per engine run (default {defaults.max_batch_tokens})",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=defaults.max_batch_size,
+        help=f"inputs per engine run (default {defaults.max_batch_size})",
+    )
+    p.add_argument(
+        "--max-client-batch-size",
+        type=int,
+        default=DEFAULT_MAX_CLIENT_BATCH_SIZE,
+        help=f"inputs per request; more gives 413 (default {DEFAULT_MAX_CLIENT_BATCH_SIZE})",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=DEFAULT_MAX_QUEUE,
+        help=f"inputs waiting for the engine; past it requests get 429 (default {DEFAULT_MAX_QUEUE})",
+    )
+    p.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=DEFAULT_BATCH_WAIT_MS,
+        help="hold a batch open this long for more inputs once the engine is free (default 0: start at once)",
+    )
+    p.add_argument(
+        "--payload-limit",
+        type=int,
+        default=DEFAULT_PAYLOAD_LIMIT,
+        help=f"request body bytes; more gives 413 (default {DEFAULT_PAYLOAD_LIMIT})",
+    )
+    p.add_argument(
+        "--auto-truncate",
+        action="store_true",
+        help="truncate inputs over 512 tokens when a request does not say (default: 422 naming the input)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; unset: no auth)",
+    )
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help=f"seconds from arrival to answer; past it 504 and queued inputs are dropped "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=DEFAULT_DRAIN_TIMEOUT_S,
+        help=f"seconds SIGTERM/SIGINT waits for accepted requests (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
+    )
+    p.add_argument(
+        "--pooling",
+        choices=POOLING_MODES,
+        default=DEFAULT_POOLING,
+        help=f"pooling when a request names none (default {DEFAULT_POOLING})",
+    )
+    p.add_argument("--model-name", default=None, help="name in KServe routes and answers (default: DIR's name)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs throughput)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bertonnx serve``; returns the process exit code."""
+    args = build_parser().parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        options = ServeOptions(
+            max_batch_tokens=args.max_batch_tokens,
+            max_batch_size=args.max_batch_size,
+            max_client_batch_size=args.max_client_batch_size,
+            max_queue=args.max_queue,
+            batch_wait_ms=args.batch_wait_ms,
+            payload_limit=args.payload_limit,
+            auto_truncate=args.auto_truncate,
+            api_key=args.api_key or None,
+            request_timeout=args.request_timeout,
+            drain_timeout=args.drain_timeout,
+            pooling=args.pooling,
+            model_name=args.model_name,
+        )
+        manifest = read_manifest(args.model_dir)
+        if args.variant not in manifest.variants:
+            raise ValueError(
+                f"{manifest.directory} has no {args.variant!r} variant; it holds {', '.join(manifest.variants)}. "
+                "Pick one with --variant."
+            )
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        if not 0 <= args.port <= 65535:
+            raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
+    except (ValueError, TypeError) as exc:
+        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
+        print(f"error ({kind}): {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    app = create_app(args.model_dir, options, variant=args.variant, threads=args.threads)
+    return run_server(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

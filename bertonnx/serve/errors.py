@@ -1,0 +1,87 @@
+"""Every error the server answers: one exception type, one JSON shape, one status per kind.
+
+The body is always ``{"error": "<what is wrong and how to fix it>", "error_type": "<kind>"}`` (TEI's
+shape; KServe clients read ``error`` too). The kinds and their status codes are fixed here so the README
+table, the handlers and the tests agree.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+__all__ = ["ERROR_STATUS", "ServeError", "error_body", "validation_message"]
+
+#: error_type -> HTTP status.
+ERROR_STATUS: Mapping[str, int] = {
+    "unauthorized": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    "validation": 422,
+    "overloaded": 429,
+    "backend": 500,
+    "unavailable": 503,
+    "timeout": 504,
+}
+
+
+def error_body(message: str, error_type: str) -> bytes:
+    """The JSON body of an error answer."""
+    return json.dumps({"error": message, "error_type": error_type}).encode()
+
+
+class ServeError(Exception):
+    """An answer other than 2xx: its ``error_type`` decides the status (see ``ERROR_STATUS``).
+
+    Attributes:
+        message: what is wrong and how to fix it.
+        error_type: one of ``ERROR_STATUS``.
+        headers: extra response headers (``Retry-After`` for 429, ``WWW-Authenticate`` for 401 ...).
+    """
+
+    def __init__(self, message: str, error_type: str, headers: Mapping[str, str] | None = None) -> None:
+        if error_type not in ERROR_STATUS:
+            raise ValueError(f"unknown error_type {error_type!r}; expected one of {', '.join(ERROR_STATUS)}")
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+        self.headers = dict(headers or {})
+
+    @property
+    def status(self) -> int:
+        return ERROR_STATUS[self.error_type]
+
+    def body(self) -> bytes:
+        return error_body(self.message, self.error_type)
+
+
+def validation_message(error: ValidationError | Sequence[Mapping[str, Any]], example: str | None) -> str:
+    """One line naming each invalid field (at most five), and a valid body for the route."""
+    errors = error.errors() if isinstance(error, ValidationError) else list(error)
+    parts = []
+    for item in errors:
+        kind, loc = item.get("type"), [p for p in item.get("loc", ()) if p != "body"]
+        if kind == "json_invalid":
+            reason = (item.get("ctx") or {}).get("error", item.get("msg"))
+            where = f" at character {loc[-1]}" if loc and isinstance(loc[-1], int) else ""
+            parts = [f"malformed JSON ({reason}{where})"]
+            break
+        name = ".".join(str(p) for p in loc) or "body"
+        message = str(item.get("msg", "")).removeprefix("Value error, ")
+        got = item.get("input")
+        shown = f" (got {json.dumps(got)[:60]})" if kind not in ("missing", "value_error") and _jsonable(got) else ""
+        parts.append(f"{name}: {message}{shown}")
+    text = "; ".join(dict.fromkeys(parts[:5]))
+    return f"{text}. Expected a JSON body like {example}" if example else text
+
+
+def _jsonable(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True

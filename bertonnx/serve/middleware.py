@@ -1,0 +1,174 @@
+"""Pure ASGI middleware (no ``BaseHTTPMiddleware``, which buffers answers and breaks disconnect detection).
+
+From the outside in:
+
+1. :class:`RequestAccounting` counts and times every request by route and status, tracks the requests in
+   flight (draining waits for them) and stamps each request's arrival time (its deadline counts from it).
+2. :class:`BearerAuth` answers 401 unless ``Authorization: Bearer <api_key>`` is right; the health,
+   readiness and metrics routes stay open.
+3. :class:`BodyLimit` reads the body, answering 413 as soon as it passes the payload limit (by
+   ``Content-Length`` before reading anything, else while reading), then replays it to the app. After the
+   body, ``receive`` goes straight to the server, so handlers see ``http.disconnect`` when a client leaves.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
+
+from starlette.datastructures import Headers
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .errors import ServeError
+
+if TYPE_CHECKING:
+    from .metrics import ServeMetrics
+
+__all__ = ["ARRIVAL_KEY", "BearerAuth", "BodyLimit", "InFlight", "RequestAccounting", "send_error"]
+
+#: ``scope["state"]`` key of a request's arrival time (``time.monotonic()``).
+ARRIVAL_KEY = "bertonnx_arrival"
+UNMATCHED_ROUTE = "unmatched"
+
+
+async def send_error(send: Send, error: ServeError, *, close: bool = False) -> None:
+    """Answer ``error`` as JSON from middleware (``close``: ask the client to drop the connection)."""
+    body = error.body()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class InFlight:
+    """A count of requests being handled (draining waits until it is zero)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class RequestAccounting:
+    """Counts, times and tracks every HTTP request; labels it with its route template, not its path."""
+
+    def __init__(
+        self, app: ASGIApp, *, metrics: ServeMetrics, in_flight: InFlight, routes: Callable[[], Sequence[BaseRoute]]
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.in_flight = in_flight
+        self.routes = routes
+
+    def _route(self, scope: Scope) -> str:
+        partial = None
+        for route in self.routes():
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return str(getattr(route, "path", UNMATCHED_ROUTE))
+            if match == Match.PARTIAL and partial is None:
+                partial = str(getattr(route, "path", UNMATCHED_ROUTE))
+        return partial or UNMATCHED_ROUTE
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        scope.setdefault("state", {})[ARRIVAL_KEY] = started
+        route = self._route(scope)
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        self.in_flight.count += 1
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            self.in_flight.count -= 1
+            self.metrics.in_flight.dec()
+            self.metrics.requests.labels(route=route, status=str(status)).inc()
+            self.metrics.request_duration.labels(route=route).observe(time.monotonic() - started)
+
+
+class BearerAuth:
+    """401 unless the request carries ``Authorization: Bearer <api_key>`` (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, *, api_key: str, open_paths: Collection[str]) -> None:
+        self.app = app
+        self.api_key = api_key.encode()
+        self.open_paths = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key):
+            await self.app(scope, receive, send)
+            return
+        problem = "has a wrong bearer token" if scheme.lower() == "bearer" else "has no bearer token"
+        error = ServeError(
+            f"this request {problem}; send the header 'Authorization: Bearer <key>' with the server's --api-key",
+            "unauthorized",
+            {"WWW-Authenticate": "Bearer"},
+        )
+        await send_error(send, error)
+
+
+class BodyLimit:
+    """413 for a body over ``limit`` bytes, decided while reading it; the app gets the whole body at once."""
+
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _too_large(self, declared: str | None) -> ServeError:
+        size = f"has {declared} bytes, more than" if declared else "is larger than"
+        return ServeError(
+            f"the body {size} the payload limit of {self.limit} bytes; send fewer or shorter inputs per "
+            "request, or start the server with a larger --payload-limit",
+            "payload_too_large",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await send_error(send, self._too_large(declared), close=True)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its whole body: nobody to answer
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await send_error(send, self._too_large(None), close=True)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

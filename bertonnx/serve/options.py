@@ -1,0 +1,119 @@
+"""``ServeOptions``: the server's limits and defaults, validated in one place.
+
+Names follow Text Embeddings Inference where it has the same knob (``max_batch_tokens``,
+``max_client_batch_size``, ``payload_limit``, ``auto_truncate``, ``api_key``), so a TEI user finds them.
+The token budget is the runtime's own rule (:class:`bertonnx.batching.BatchLimits`); this module only
+holds its numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
+from ..outputs import POOLING_MODES
+
+__all__ = [
+    "DEFAULT_BATCH_WAIT_MS",
+    "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_MAX_CLIENT_BATCH_SIZE",
+    "DEFAULT_MAX_QUEUE",
+    "DEFAULT_PAYLOAD_LIMIT",
+    "DEFAULT_POOLING",
+    "DEFAULT_REQUEST_TIMEOUT_S",
+    "ServeOptions",
+]
+
+#: Inputs one request may carry (TEI's default ``--max-client-batch-size``).
+DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
+#: Request body bytes at most (TEI's default ``--payload-limit``, 2 MB).
+DEFAULT_PAYLOAD_LIMIT = 2_000_000
+#: Inputs waiting for the engine at most; past it requests get 429. bert-base fp32 runs roughly 100 short
+#: inputs a second on 2 cores, so a full queue is about ten seconds of work.
+DEFAULT_MAX_QUEUE = 1024
+#: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
+DEFAULT_BATCH_WAIT_MS = 0.0
+#: Seconds a request may take from arrival to answer before it gets 504 (its queued inputs are dropped).
+DEFAULT_REQUEST_TIMEOUT_S = 60.0
+#: Seconds SIGTERM/SIGINT waits for accepted requests before the process exits anyway.
+DEFAULT_DRAIN_TIMEOUT_S = 30.0
+#: Pooling of ``/embed`` and ``/v1/embeddings`` when the request names none: BERT's trained pooler.
+DEFAULT_POOLING = "pooler"
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the server batches, limits and answers.
+
+    Attributes:
+        max_batch_tokens: padded tokens per engine run (longest input × inputs), as offline.
+        max_batch_size: inputs per engine run.
+        max_client_batch_size: inputs one request may carry; more gives 413.
+        max_queue: inputs waiting for the engine at most; a request that would pass it gets 429.
+            At least ``max_client_batch_size``, so every admissible request can be queued.
+        batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
+            (0: continuous batching, a batch starts as soon as the engine is free).
+        payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
+        auto_truncate: truncate inputs over the model's 512 tokens when a request does not say
+            (``truncate`` absent); ``False`` answers 422 naming the input, as the runtime raises.
+        api_key: when set, every route but the health, readiness and metrics ones needs
+            ``Authorization: Bearer <api_key>``.
+        request_timeout: seconds from arrival to answer; past it 504 and the queued inputs are dropped.
+        drain_timeout: seconds SIGTERM/SIGINT waits for accepted requests before exiting.
+        pooling: ``pooler``, ``cls`` or ``mean`` for requests that name none.
+        model_name: the name in KServe routes, ``/info`` and OpenAI answers (default: the directory name).
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: a field is out of range.
+    """
+
+    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE
+    max_queue: int = DEFAULT_MAX_QUEUE
+    batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS
+    payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+    auto_truncate: bool = False
+    api_key: str | None = None
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S
+    pooling: str = DEFAULT_POOLING
+    model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_client_batch_size", "max_queue", "payload_limit"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
+        for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if value < 0 or (value == 0 and name == "request_timeout"):
+                raise ValueError(f"{name} must be {'> 0' if name == 'request_timeout' else '>= 0'}, got {value}")
+        if self.max_queue < self.max_client_batch_size:
+            raise ValueError(
+                f"max_queue ({self.max_queue}) must be >= max_client_batch_size ({self.max_client_batch_size}), "
+                "or a full request could never be queued; raise max_queue or lower max_client_batch_size"
+            )
+        if not isinstance(self.auto_truncate, bool):
+            raise TypeError(f"auto_truncate must be a bool, got {type(self.auto_truncate).__name__}")
+        if self.pooling not in POOLING_MODES:
+            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {self.pooling!r}")
+        for name in ("api_key", "model_name"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty str or None, got {value!r}")
+
+    @property
+    def limits(self) -> BatchLimits:
+        """The token budget and batch-size cap of one engine run."""
+        return BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)
+
+    @property
+    def batch_wait_s(self) -> float:
+        return self.batch_wait_ms / 1000.0

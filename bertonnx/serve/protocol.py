@@ -1,0 +1,312 @@
+"""Request and response bodies of the three protocols the server speaks, as pydantic models.
+
+- Text Embeddings Inference (TEI): ``/embed``, ``/predict``, ``/encode``, ``/tokenize``. Field names and
+  defaults are TEI's (``inputs``, ``truncate``, ``normalize`` true, ``raw_scores``); ``pooling`` and the
+  ``/encode`` route are ours (TEI has no route for the pooler output or the NSP head).
+- OpenAI embeddings: ``/v1/embeddings`` (``input``, ``encoding_format`` float or base64, ``usage``).
+- KServe v2 / Triton HTTP: ``/v2/...`` (tensors as ``{"name", "shape", "datatype", "data"}``).
+
+Leaves are strict (``"yes"`` is not a bool, ``5`` is not a string): a wrong type is a 422 naming the field,
+never a guess. Unknown fields are ignored, as TEI and OpenAI clients send fields this server does not use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    field_validator,
+)
+
+__all__ = [
+    "REQUEST_EXAMPLES",
+    "EmbedRequest",
+    "EncodeRequest",
+    "EncodedInput",
+    "ErrorResponse",
+    "InfoResponse",
+    "KServeInferRequest",
+    "KServeInferResponse",
+    "KServeModelMetadata",
+    "KServeOutputRequest",
+    "KServeTensor",
+    "KServeTensorMetadata",
+    "OpenAIEmbedding",
+    "OpenAIEmbeddingsRequest",
+    "OpenAIEmbeddingsResponse",
+    "OpenAIUsage",
+    "Pair",
+    "PredictRequest",
+    "Prediction",
+    "TokenizeRequest",
+    "Tokens",
+]
+
+#: The runtime's ``POOLING_MODES`` (a test checks they agree).
+Pooling = Literal["pooler", "cls", "mean"]
+#: A sentence pair: ``["sentence A", "sentence B"]`` (segment ids 0 and 1).
+Pair = tuple[StrictStr, StrictStr]
+#: One input of ``/encode`` and ``/tokenize``: a text or a pair.
+TextOrPair = StrictStr | Pair
+
+TRUNCATE_DOC = (
+    "cut inputs over the model's 512 tokens (longest sequence first for pairs); absent: the server's "
+    "--auto-truncate (default false: such an input is a 422 naming it)"
+)
+
+#: A valid body per route: error messages show it so a client sees the expected shape.
+REQUEST_EXAMPLES = {
+    "/embed": '{"inputs": ["text", ...], "normalize": true, "pooling": "pooler" | "cls" | "mean", "truncate": false}',
+    "/predict": '{"inputs": ["sentence A", "sentence B"] or [["A", "B"], ...], "raw_scores": false, "truncate": false}',
+    "/encode": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
+    "/tokenize": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
+    "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
+    "infer": '{"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [101, 7592, 999, 102]},'
+    " ... attention_mask, token_type_ids]}",
+}
+
+
+#: What an ``inputs`` field takes: texts; one pair or a list of pairs; texts and pairs.
+TEXTS, PAIRS, TEXTS_OR_PAIRS = "texts", "pairs", "texts or pairs"
+_JSON_KINDS = {str: "a string", bool: "a boolean", int: "a number", float: "a number", dict: "an object"}
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return f"an array of {len(value)}"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _is_pair(value: object) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def describe_inputs(value: object, accepts: str) -> str:
+    """Why ``value`` is not a valid ``inputs`` of a route that takes ``accepts`` (names the first bad item)."""
+    if accepts == PAIRS and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return f'must be one pair ["sentence A", "sentence B"] or a list of pairs; got {len(value)} strings'
+    item_ok = {TEXTS: lambda v: isinstance(v, str), PAIRS: _is_pair}.get(
+        accepts, lambda v: isinstance(v, str) or _is_pair(v)
+    )
+    item_text = {
+        TEXTS: "every input must be a string",
+        PAIRS: 'each pair must be 2 strings ["sentence A", "sentence B"]',
+    }.get(accepts, 'each input must be a string or a pair of 2 strings ["sentence A", "sentence B"]')
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            if not item_ok(item):
+                return f"item {index} is {_kind(item)}; {item_text}"
+    whole = {TEXTS: "a string or a list of strings", PAIRS: 'one pair ["sentence A", "sentence B"] or a list of pairs'}
+    return f"must be {whole.get(accepts, 'a string or a list of strings and pairs')}; got {_kind(value)}"
+
+
+def _inputs_check(field: str, accepts: str) -> Any:
+    """A validator that replaces pydantic's per-union-member errors by one message naming the bad item."""
+
+    def check(cls: type[BaseModel], value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(describe_inputs(value, accepts)) from None
+
+    return field_validator(field, mode="wrap")(classmethod(check))
+
+
+class ErrorResponse(BaseModel):
+    """Every error answer."""
+
+    error: str = Field(description="what is wrong and how to fix it")
+    error_type: str = Field(
+        description="unauthorized | not_found | method_not_allowed | payload_too_large | validation | "
+        "overloaded | backend | unavailable | timeout"
+    )
+
+
+# -- TEI ------------------------------------------------------------------------------------------------
+
+
+class EmbedRequest(BaseModel):
+    """``POST /embed``: one vector per text."""
+
+    inputs: StrictStr | list[StrictStr] = Field(description="a text or a list of texts", examples=[["hello world"]])
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    normalize: StrictBool = Field(default=True, description="scale each vector to unit L2 norm (TEI's default)")
+    pooling: Pooling | None = Field(
+        default=None,
+        description="pooler (BERT's trained pooler), cls ([CLS] state) or mean (attended tokens); "
+        "absent: the server's --pooling",
+    )
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class PredictRequest(BaseModel):
+    """``POST /predict``: next-sentence prediction for one pair or a list of pairs."""
+
+    inputs: Pair | list[Pair] = Field(
+        description='one pair ["sentence A", "sentence B"] or a list of pairs', examples=[["the sky is blue", "it is"]]
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    raw_scores: StrictBool = Field(default=False, description="logits instead of softmax probabilities")
+
+    check_inputs = _inputs_check("inputs", PAIRS)
+
+
+class Prediction(BaseModel):
+    label: Literal["is_next", "not_next"]
+    score: float = Field(description="softmax probability, or the logit with raw_scores")
+
+
+class EncodeRequest(BaseModel):
+    """``POST /encode``: every graph output of each text or pair."""
+
+    inputs: StrictStr | list[TextOrPair] = Field(
+        description='a text, or a list of texts and pairs ["sentence A", "sentence B"]',
+        examples=[["hello world", ["the sky is blue", "it is"]]],
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+    check_inputs = _inputs_check("inputs", TEXTS_OR_PAIRS)
+
+
+class EncodedInput(BaseModel):
+    tokens: list[str]
+    ids: list[int]
+    type_ids: list[int]
+    last_hidden_state: list[list[float]] = Field(description="[tokens, hidden]: this input's tokens, no padding")
+    pooler_output: list[float] = Field(description="[hidden]")
+    nsp_logits: list[float] = Field(description="[2]: index 0 is 'B follows A'")
+
+
+class TokenizeRequest(BaseModel):
+    """``POST /tokenize``: tokens and ids exactly as the model is fed, as ``bertonnx tokenize``."""
+
+    inputs: StrictStr | list[TextOrPair] = Field(description="a text, or a list of texts and pairs")
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+    check_inputs = _inputs_check("inputs", TEXTS_OR_PAIRS)
+
+
+class Tokens(BaseModel):
+    tokens: list[str]
+    ids: list[int]
+    type_ids: list[int]
+    attention_mask: list[int]
+
+
+# -- OpenAI ---------------------------------------------------------------------------------------------
+
+
+class OpenAIEmbeddingsRequest(BaseModel):
+    """``POST /v1/embeddings``, OpenAI's embeddings API. Vectors are unit length (as OpenAI's and TEI's)."""
+
+    input: StrictStr | list[StrictStr] = Field(description="a text or a list of texts (token arrays are not taken)")
+    model: StrictStr | None = Field(default=None, description="ignored: this server serves one model")
+    encoding_format: Literal["float", "base64"] = Field(
+        default="float", description="base64: little-endian float32 bytes (the openai client's default)"
+    )
+    dimensions: StrictInt | None = Field(default=None, description="must be absent or the model's hidden size")
+    user: StrictStr | None = None
+
+    check_input = _inputs_check("input", TEXTS)
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    embedding: list[float] | str
+    index: int
+
+
+class OpenAIUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: OpenAIUsage
+
+
+# -- KServe v2 ------------------------------------------------------------------------------------------
+
+
+class KServeTensor(BaseModel):
+    """One input tensor: row-major ``data`` (nested or flat), or ``parameters.binary_data_size`` bytes
+    after the JSON header (the binary tensor data extension)."""
+
+    name: StrictStr
+    shape: list[StrictInt]
+    datatype: StrictStr
+    data: list[Any] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class KServeOutputRequest(BaseModel):
+    name: StrictStr
+    parameters: dict[str, Any] | None = None
+
+
+class KServeInferRequest(BaseModel):
+    id: StrictStr | None = None
+    inputs: list[KServeTensor]
+    outputs: list[KServeOutputRequest] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class KServeOutputTensor(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    data: list[float] | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class KServeInferResponse(BaseModel):
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    outputs: list[KServeOutputTensor]
+
+
+class KServeTensorMetadata(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int] = Field(description="-1 for a dynamic dimension")
+
+
+class KServeModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[KServeTensorMetadata]
+    outputs: list[KServeTensorMetadata]
+
+
+# -- server ---------------------------------------------------------------------------------------------
+
+
+class InfoResponse(BaseModel):
+    model_name: str
+    model_dir: str
+    source: Any
+    variant: str
+    engine: str
+    precision: str
+    random_weights: bool
+    hidden_size: int
+    max_input_length: int
+    pooling: str
+    threads: int
+    limits: dict[str, Any]
+    versions: dict[str, str | None]

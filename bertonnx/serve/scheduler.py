@@ -1,0 +1,325 @@
+"""The scheduler: one queue of inputs from all requests, cut into batches by the token budget.
+
+Policy (:func:`select_batch`). Each batch is anchored on the *oldest* queued input and filled with the
+queued inputs *closest to it in length*, as many as the budget allows
+(:class:`bertonnx.batching.BatchLimits`: padded tokens = longest × count <= ``max_batch_tokens``, count
+<= ``max_batch_size``; the same rule as offline). Why:
+
+- Length-sorting pads little, but a scheduler that always takes the shortest (or always the longest)
+  inputs starves the other end under steady load. Anchoring on the oldest input makes waiting bounded:
+  every cut serves the oldest input, so an input with ``k`` inputs queued before it is served within
+  ``k + 1`` cuts, whatever arrives after it. Inputs near the anchor's length ride along early.
+- Closest-in-length keeps padding low: the batch is a contiguous run of the queue sorted by length
+  around the anchor, grown one neighbour at a time towards the nearer length (a shorter neighbour never
+  raises the padded width, a longer one only while the budget holds).
+- TEI takes its queue in arrival order (no sorting, so a short input batched with a 512-token one pads
+  to 512); Triton batches only equal shapes; Ray Serve's ``@serve.batch`` takes up to ``max_batch_size``
+  requests in arrival order after ``batch_wait_timeout_s``.
+
+Continuous batching: a batch starts as soon as the engine is free; ``batch_wait_s`` > 0 holds it open
+until the oldest input has waited that long or the batch is full. The engine runs on one thread off the
+event loop (one run at a time: onnxruntime already uses every core through its intra-op threads), so the
+server keeps accepting while it computes. Inputs whose request was cancelled (client gone, deadline
+passed) leave the queue at once and are never computed; they are counted by reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from ..batching import BatchLimits
+from .engine import Work
+from .errors import ServeError
+from .metrics import DROP_REASONS, ServeMetrics
+
+__all__ = ["RECENT_BATCHES", "Entry", "QueueFull", "Scheduler", "Ticket", "batch_is_full", "select_batch"]
+
+log = logging.getLogger("bertonnx.serve")
+
+#: Batches remembered to estimate throughput for ``Retry-After``.
+RECENT_BATCHES = 32
+#: ``Retry-After`` when nothing has run yet (no throughput to go by).
+DEFAULT_RETRY_AFTER_S = 1
+
+
+def select_batch(lengths: Sequence[int], limits: BatchLimits) -> list[int]:
+    """The next batch from a queue in arrival order.
+
+    Args:
+        lengths: tokens of each queued input, oldest first (index 0 is the anchor).
+        limits: the token budget and batch-size cap.
+
+    Returns:
+        Indices into ``lengths``: the oldest input and the queued inputs closest to it in length that fit
+        ``limits`` (ties go to the shorter input, then to the older). Empty for an empty queue.
+    """
+    n = len(lengths)
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda i: (lengths[i], i))
+    anchor = lengths[0]
+    lo = hi = order.index(0)
+    longest = anchor
+    while hi - lo + 1 < limits.capacity(longest):
+        count = hi - lo + 1
+        down = order[lo - 1] if lo > 0 else None
+        up = order[hi + 1] if hi + 1 < n and limits.fits(lengths[order[hi + 1]], count + 1) else None
+        if down is None and up is None:
+            break
+        if up is None or (down is not None and anchor - lengths[down] <= lengths[up] - anchor):
+            lo -= 1
+        else:
+            hi += 1
+            longest = lengths[order[hi]]
+    return order[lo : hi + 1]
+
+
+def batch_is_full(lengths: Sequence[int], picks: Sequence[int], limits: BatchLimits) -> bool:
+    """Whether waiting could not grow the batch ``picks``: inputs were left out, or one more would not fit."""
+    longest = max(lengths[i] for i in picks)
+    return len(picks) < len(lengths) or not limits.fits(longest, len(picks) + 1)
+
+
+class QueueFull(Exception):
+    """The queue cannot take a request's inputs; ``retry_after`` is the seconds to wait."""
+
+    def __init__(self, queued: int, max_queue: int, retry_after: int) -> None:
+        super().__init__(f"{queued} inputs are queued (max_queue {max_queue})")
+        self.queued = queued
+        self.max_queue = max_queue
+        self.retry_after = retry_after
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request's inputs in the scheduler; ``future`` resolves to their answers in request order."""
+
+    future: asyncio.Future[list[object]]
+    count: int
+    deadline: float
+    results: list[object] = field(default_factory=list)
+    remaining: int = 0
+    cancelled: str | None = None
+
+    def __post_init__(self) -> None:
+        self.results = [None] * self.count
+        self.remaining = self.count
+
+
+@dataclass(eq=False)
+class Entry:
+    """A queued input: its work, its request and its position there, and when it was queued."""
+
+    work: Work
+    ticket: Ticket
+    position: int
+    enqueued: float
+
+    @property
+    def length(self) -> int:
+        return len(self.work.ids)
+
+
+class Scheduler:
+    """Collects inputs of concurrent requests and runs them in batches on one engine thread.
+
+    Args:
+        run_batch: computes one batch (``Engine.run``): a list of works to one answer each, in order.
+        limits: the token budget and batch-size cap of one run.
+        max_queue: inputs waiting at most; ``submit`` raises :class:`QueueFull` past it.
+        batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
+        metrics: where to record queue, batch and drop figures (``None``: nowhere).
+    """
+
+    def __init__(
+        self,
+        run_batch: Callable[[list[Work]], list[object]],
+        limits: BatchLimits,
+        *,
+        max_queue: int,
+        batch_wait_s: float = 0.0,
+        metrics: ServeMetrics | None = None,
+    ) -> None:
+        self._run_batch = run_batch
+        self.limits = limits
+        self.max_queue = max_queue
+        self.batch_wait_s = batch_wait_s
+        self.metrics = metrics
+        self._queue: list[Entry] = []
+        self._wakeup = asyncio.Event()
+        self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self._executor: ThreadPoolExecutor | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._running: list[Entry] = []
+
+    @property
+    def queued(self) -> int:
+        """Inputs waiting for the engine."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether anything is queued or computing."""
+        return bool(self._queue or self._running)
+
+    def start(self) -> None:
+        """Start the batching loop and the engine thread (call from the event loop)."""
+        if self._task is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertonnx-engine")
+            self._task = asyncio.get_running_loop().create_task(self._loop(), name="bertonnx-scheduler")
+
+    async def stop(self) -> None:
+        """Stop batching; requests still queued get 503. Waits for the batch being computed."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for ticket in {entry.ticket for entry in self._queue + self._running}:
+            if not ticket.future.done():
+                ticket.future.set_exception(ServeError("the server is shutting down; retry later", "unavailable"))
+        self._queue.clear()
+        self._set_depth()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def submit(self, works: Sequence[Work], deadline: float) -> Ticket:
+        """Queue one request's inputs.
+
+        Args:
+            works: the request's inputs, in its order.
+            deadline: ``time.monotonic()`` after which its inputs are dropped instead of computed.
+
+        Raises:
+            QueueFull: the queue cannot take ``len(works)`` more inputs.
+        """
+        if self.queued + len(works) > self.max_queue:
+            raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
+        loop = asyncio.get_running_loop()
+        ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
+        now = time.monotonic()
+        self._queue.extend(Entry(work, ticket, position, now) for position, work in enumerate(works))
+        self._set_depth()
+        self._wakeup.set()
+        return ticket
+
+    def cancel(self, ticket: Ticket, reason: str) -> int:
+        """Drop a request's queued inputs (never computed) and count them under ``reason``.
+
+        Returns:
+            The inputs dropped (those already computing finish, and their answers are discarded).
+        """
+        if reason not in DROP_REASONS:
+            raise ValueError(f"reason must be one of {', '.join(DROP_REASONS)}, got {reason!r}")
+        ticket.cancelled = ticket.cancelled or reason
+        kept = [entry for entry in self._queue if entry.ticket is not ticket]
+        dropped = len(self._queue) - len(kept)
+        if dropped:
+            self._queue = kept
+            self._set_depth()
+            if self.metrics is not None:
+                self.metrics.dropped_inputs.labels(reason=reason).inc(dropped)
+            self._wakeup.set()  # the anchor may have changed
+        return dropped
+
+    def retry_after(self, extra: int = 0) -> int:
+        """Seconds until the queue (plus ``extra`` inputs) should have drained, from recent throughput."""
+        inputs = sum(count for count, _ in self._recent)
+        seconds = sum(elapsed for _, elapsed in self._recent)
+        if not inputs or seconds <= 0:
+            return DEFAULT_RETRY_AFTER_S
+        return max(1, math.ceil((self.queued + extra) * seconds / inputs))
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def _set_depth(self) -> None:
+        if self.metrics is not None:
+            self.metrics.queue_depth.set(len(self._queue))
+
+    async def _wait_for_work(self) -> None:
+        while not self._queue:
+            self._wakeup.clear()
+            await self._wakeup.wait()
+
+    async def _hold(self) -> None:
+        """With ``batch_wait_s``: wait until the oldest input has waited that long or the batch is full."""
+        while self._queue:
+            lengths = [entry.length for entry in self._queue]
+            if batch_is_full(lengths, select_batch(lengths, self.limits), self.limits):
+                return
+            remaining = self._queue[0].enqueued + self.batch_wait_s - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+
+    def _cut(self) -> list[Entry]:
+        """Take the next batch off the queue, dropping inputs whose deadline has passed."""
+        now = time.monotonic()
+        for ticket in {entry.ticket for entry in self._queue if entry.ticket.deadline <= now}:
+            self.cancel(ticket, "timeout")
+        if not self._queue:
+            return []
+        picks = select_batch([entry.length for entry in self._queue], self.limits)
+        chosen = set(picks)
+        batch = [self._queue[i] for i in sorted(picks)]
+        self._queue = [entry for i, entry in enumerate(self._queue) if i not in chosen]
+        self._set_depth()
+        return batch
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wait_for_work()
+            if self.batch_wait_s > 0:
+                await self._hold()
+            batch = self._cut()
+            if not batch:
+                continue
+            started = time.monotonic()
+            self._running = batch
+            try:
+                answers = await loop.run_in_executor(self._executor, self._run_batch, [e.work for e in batch])
+            except Exception as exc:
+                log.exception("engine run failed")
+                error = ServeError(f"the engine failed on this batch ({type(exc).__name__}: {exc})", "backend")
+                for ticket in {entry.ticket for entry in batch}:
+                    if not ticket.future.done():
+                        ticket.future.set_exception(error)
+                continue
+            finally:
+                self._running = []
+            elapsed = time.monotonic() - started
+            self._recent.append((len(batch), elapsed))
+            self._record(batch, started, elapsed)
+            for entry, answer in zip(batch, answers, strict=True):
+                ticket = entry.ticket
+                if ticket.future.done():
+                    continue
+                ticket.results[entry.position] = answer
+                ticket.remaining -= 1
+                if ticket.remaining == 0:
+                    ticket.future.set_result(ticket.results)
+
+    def _record(self, batch: list[Entry], started: float, elapsed: float) -> None:
+        if self.metrics is None:
+            return
+        m = self.metrics
+        for entry in batch:
+            m.queue_duration.observe(started - entry.enqueued)
+        lengths = [entry.length for entry in batch]
+        m.inference_duration.observe(elapsed)
+        m.batch_size.observe(len(batch))
+        m.batch_requests.observe(len({id(entry.ticket) for entry in batch}))
+        m.batch_padded_tokens.observe(max(lengths) * len(lengths))
+        m.batch_tokens.observe(sum(lengths))

@@ -1,0 +1,115 @@
+"""Run the app under uvicorn: bind, then load and warm up, then ready; drain on SIGTERM/SIGINT.
+
+Draining is done inside uvicorn's own signal handling rather than against it: :class:`DrainingServer`
+overrides ``handle_exit`` (the first signal starts a drain instead of stopping at once; a second one
+forces the exit, as uvicorn does) and ``on_tick`` (uvicorn calls it every 0.1 s on the event loop: it
+ends the server once no request is in flight, or when ``drain_timeout`` has passed). While draining the
+port stays open and new requests get 503 with ``Connection: close``; accepted ones finish. The process
+then exits 0. uvicorn re-raises a signal it caught after shutting down (so the process would die by
+SIGTERM); a drain is a normal end, so the signal is not recorded for that.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import signal
+import time
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from .app import ServerState
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "EXIT_ABANDONED", "EXIT_LOAD_FAILED", "DrainingServer", "run_server"]
+
+log = logging.getLogger("bertonnx.serve")
+
+#: Loopback unless told otherwise: exposing the server is a decision, not a default.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+EXIT_OK = 0
+#: The drain timeout passed with requests still in flight: they were cut off.
+EXIT_ABANDONED = 1
+#: uvicorn could not start (e.g. the port is taken); it logged why.
+EXIT_STARTUP_FAILED = 1
+#: The model could not be loaded (the reason is logged and was served by /ready).
+EXIT_LOAD_FAILED = 3
+#: Seconds uvicorn waits for connections after the drain (requests are done by then; keep-alives close).
+SHUTDOWN_GRACE_S = 1.0
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that drains on SIGTERM/SIGINT and stops when the model fails to load."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState, drain_timeout: float) -> None:
+        super().__init__(config)
+        self.state = state
+        self.drain_timeout = drain_timeout
+        self.drain_started: float | None = None
+        self.exit_code = EXIT_OK
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.drain_started is None:
+            self.drain_started = time.monotonic()
+            self.state.draining = True
+            log.info(
+                "%s: draining (new requests get 503; waiting up to %g s for %d in flight)",
+                signal.Signals(sig).name,
+                self.drain_timeout,
+                self.state.in_flight.count,
+            )
+        else:  # a second signal: stop now, as uvicorn does on a second Ctrl-C
+            self.should_exit = True
+            self.force_exit = True
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.state.load_error is not None:
+            self.exit_code = EXIT_LOAD_FAILED
+            return True
+        if self.drain_started is not None:
+            if self.state.in_flight.count == 0:
+                log.info("drained in %.2f s", time.monotonic() - self.drain_started)
+                return True
+            if time.monotonic() - self.drain_started >= self.drain_timeout:
+                log.error("drain timeout: %d requests still in flight are cut off", self.state.in_flight.count)
+                self.exit_code = EXIT_ABANDONED
+                return True
+        return await super().on_tick(counter)
+
+
+def run_server(
+    app: FastAPI,
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    log_level: str = "info",
+    access_log: bool = False,
+) -> int:
+    """Serve ``app`` (from :func:`bertonnx.serve.create_app`) until a signal drains it.
+
+    Returns:
+        0 after a clean drain; ``EXIT_ABANDONED`` (1) if the drain timeout cut requests off or uvicorn
+        could not start (it logs why); ``EXIT_LOAD_FAILED`` (3) if the model could not be loaded.
+    """
+    state: ServerState = app.state.bertonnx
+    log_config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["loggers"]["bertonnx"] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=log_config,
+        access_log=access_log,
+        lifespan="on",
+        timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
+    )
+    server = DrainingServer(config, state, state.options.drain_timeout)
+    try:
+        server.run()
+    except SystemExit as exc:  # uvicorn exits when it cannot bind (port in use ...), after logging why
+        return EXIT_STARTUP_FAILED if exc.code in (None, 0) else int(exc.code)
+    return server.exit_code
