@@ -14,13 +14,14 @@ Modules, in the order a request passes them: :mod:`.middleware` (accounting, aut
 
 from __future__ import annotations
 
-import importlib.util
-
 INSTALL_HINT = "pip install 'bertonnx[serve]'"
-_REQUIRED = ("fastapi", "uvicorn", "pydantic", "prometheus_client")
-_missing = [name for name in _REQUIRED if importlib.util.find_spec(name) is None]
-if _missing:
-    raise ImportError(f"bertonnx serve needs {', '.join(_missing)}: {INSTALL_HINT}")
+try:
+    import fastapi  # noqa: F401
+    import prometheus_client  # noqa: F401
+    import pydantic  # noqa: F401
+    import uvicorn  # noqa: F401
+except ImportError as exc:
+    raise ImportError(f"bertonnx serve needs {exc.name or exc}, which is not installed: {INSTALL_HINT}") from exc
 
 from .app import create_app  # noqa: E402 - after the dependency check
 from .options import ServeOptions  # noqa: E402

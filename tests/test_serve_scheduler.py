@@ -1,0 +1,318 @@
+"""The server's batching policy and scheduler without HTTP, and one engine run of mixed requests.
+
+The policy: anchor each batch on the oldest queued input, fill it with the queued inputs closest to it in
+length within the token budget. These tests show it keeps the budget, pads less than taking the queue in
+arrival order, and never starves long or short inputs (an input is served within one cut per input queued
+before it), where a shortest-first policy starves a long input indefinitely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertonnx import BertOnnx
+from bertonnx.batching import BatchLimits
+from bertonnx.serve.engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from bertonnx.serve.errors import ServeError
+from bertonnx.serve.metrics import ServeMetrics
+from bertonnx.serve.options import ServeOptions
+from bertonnx.serve.protocol import Pooling
+from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, select_batch
+
+ATOL = 1e-5
+
+
+def padded(lengths: list[int], picks: list[int]) -> int:
+    return max(lengths[i] for i in picks) * len(picks)
+
+
+# -- the policy -------------------------------------------------------------------------------------------
+
+
+def test_select_batch_anchors_on_the_oldest_and_takes_the_closest_lengths() -> None:
+    lengths = [100, 10, 95, 300, 105, 500, 98]
+    picks = select_batch(lengths, BatchLimits(max_batch_tokens=10_000, max_batch_size=4))
+    assert 0 in picks
+    assert sorted(lengths[i] for i in picks) == [95, 98, 100, 105]
+
+
+def test_select_batch_keeps_the_token_budget_and_the_size_cap() -> None:
+    rng = random.Random(0)
+    for _ in range(300):
+        lengths = [rng.randint(2, 512) for _ in range(rng.randint(1, 60))]
+        limits = BatchLimits(max_batch_tokens=rng.choice([512, 2048, 16384]), max_batch_size=rng.choice([1, 8, 256]))
+        picks = select_batch(lengths, limits)
+        assert picks[0] == 0 or 0 in picks
+        assert len(set(picks)) == len(picks)
+        longest = max(lengths[i] for i in picks)
+        assert limits.fits(longest, len(picks)) or len(picks) == 1
+        # the picks are a contiguous run of the queue sorted by length (nothing skipped in between)
+        ranked = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+        positions = sorted(ranked.index(i) for i in picks)
+        assert positions == list(range(positions[0], positions[0] + len(picks)))
+
+
+def test_an_input_longer_than_the_budget_runs_alone() -> None:
+    assert select_batch([600, 5, 5], BatchLimits(max_batch_tokens=512)) == [0]
+    assert select_batch([], BatchLimits()) == []
+
+
+def test_batch_is_full_only_when_waiting_cannot_grow_it() -> None:
+    limits = BatchLimits(max_batch_tokens=100, max_batch_size=8)
+    assert not batch_is_full([10, 10], select_batch([10, 10], limits), limits)
+    assert batch_is_full([50, 50], select_batch([50, 50], limits), limits)  # a third 50 would pass 100
+    assert batch_is_full([10, 90], select_batch([10, 90], limits), limits)  # the 90 was left out
+
+
+def simulate(policy, arrivals: list[list[int]], limits: BatchLimits, cuts: int) -> dict[int, int]:  # type: ignore[no-untyped-def]
+    """Run ``cuts`` cuts; before cut ``k`` the inputs of ``arrivals[k]`` join. Returns input -> cut served."""
+    queue: list[tuple[int, int]] = []  # (input id, length), oldest first
+    served: dict[int, int] = {}
+    next_id = 0
+    for cut in range(cuts):
+        for length in arrivals[cut] if cut < len(arrivals) else []:
+            queue.append((next_id, length))
+            next_id += 1
+        if not queue:
+            continue
+        picks = set(policy([length for _, length in queue], limits))
+        for i in picks:
+            served[queue[i][0]] = cut
+        queue = [entry for i, entry in enumerate(queue) if i not in picks]
+    return served
+
+
+def shortest_first(lengths: list[int], limits: BatchLimits) -> list[int]:
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    count = limits.capacity(lengths[order[0]])
+    while count > 1 and not limits.fits(max(lengths[i] for i in order[:count]), count):
+        count -= 1
+    return order[:count]
+
+
+def test_no_input_starves_under_steady_load() -> None:
+    """A long input queued behind a steady stream of short ones (and the reverse) is served within one cut
+    per input queued before it; shortest-first never serves the long one while short ones keep coming."""
+    limits = BatchLimits(max_batch_tokens=512, max_batch_size=8)
+    stream = [[500, *[8] * 8], *[[8] * 8 for _ in range(49)]]  # 500 tokens first, then 8 shorts every cut
+    ours = simulate(select_batch, stream, limits, cuts=50)
+    assert ours[0] == 0  # the long input is the oldest: it anchors the first cut
+    greedy = simulate(shortest_first, stream, limits, cuts=50)
+    assert 0 not in greedy  # starved for all 50 cuts
+    shorts_first = [[8] * 64, *[[500] for _ in range(49)]]  # 64 short inputs, then a long one every cut
+    ours = simulate(select_batch, shorts_first, limits, cuts=50)
+    assert max(ours[i] for i in range(64)) <= 64 // limits.max_batch_size  # all shorts within 8 cuts
+    rng = random.Random(1)
+    arrivals = [[rng.choice([4, 16, 64, 128, 300, 512]) for _ in range(rng.randint(0, 6))] for _ in range(200)]
+    served = simulate(select_batch, arrivals, limits, cuts=400)
+    arrived_at = [cut for cut, batch in enumerate(arrivals) for _ in batch]
+    next_id = len(arrived_at)
+    assert set(served) == set(range(next_id))
+    for i in range(next_id):
+        older_unserved = sum(1 for j in range(i) if served[j] >= arrived_at[i])
+        assert served[i] - arrived_at[i] <= older_unserved
+
+
+def test_anchored_batches_pad_less_than_arrival_order() -> None:
+    rng = random.Random(2)
+    lengths = [rng.choice([6, 12, 40, 128, 256, 500]) for _ in range(400)]
+    limits = BatchLimits(max_batch_tokens=4096, max_batch_size=64)
+
+    def total_padding(policy) -> int:  # type: ignore[no-untyped-def]
+        queue = list(range(len(lengths)))
+        total = 0
+        while queue:
+            picks = policy([lengths[i] for i in queue], limits)
+            total += padded([lengths[i] for i in queue], picks)
+            queue = [q for k, q in enumerate(queue) if k not in set(picks)]
+        return total
+
+    def arrival_order(queue_lengths: list[int], limits: BatchLimits) -> list[int]:  # TEI's way
+        count = 1
+        while count < len(queue_lengths) and limits.fits(max(queue_lengths[: count + 1]), count + 1):
+            count += 1
+        return list(range(count))
+
+    ours, fifo = total_padding(select_batch), total_padding(arrival_order)
+    assert ours < 0.6 * fifo, (ours, fifo)
+
+
+# -- the scheduler ----------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """A batch runner that records each batch and answers every work with its own length."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def __call__(self, works: list[Work]) -> list[object]:
+        self.batches.append([len(w) for w in works])
+        return [len(w) for w in works]
+
+
+def work(length: int) -> Work:
+    return Work([101] * length, [0] * length, Task(NSP))
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(asyncio.wait_for(coro, timeout=30))
+
+
+def test_concurrent_requests_share_a_batch_and_get_their_own_answers() -> None:
+    async def scenario() -> None:
+        recorder, metrics = Recorder(), ServeMetrics()
+        scheduler = Scheduler(recorder, BatchLimits(), max_queue=100, batch_wait_s=0.2, metrics=metrics)
+        scheduler.start()
+        tickets = [scheduler.submit([work(n), work(n + 1)], deadline=1e12) for n in (3, 7, 11)]
+        answers = await asyncio.gather(*(t.future for t in tickets))
+        await scheduler.stop()
+        assert answers == [[3, 4], [7, 8], [11, 12]]
+        assert len(recorder.batches) == 1
+        assert sorted(recorder.batches[0]) == [3, 4, 7, 8, 11, 12]
+        assert metrics.registry.get_sample_value("bertonnx_batch_requests_sum") == 3
+        assert metrics.registry.get_sample_value("bertonnx_batch_size_sum") == 6
+
+    run(scenario())
+
+
+def test_cancelled_and_expired_inputs_are_dropped_not_computed() -> None:
+    async def scenario() -> None:
+        recorder, metrics = Recorder(), ServeMetrics()
+        scheduler = Scheduler(recorder, BatchLimits(), max_queue=100, batch_wait_s=0.3, metrics=metrics)
+        scheduler.start()
+        gone = scheduler.submit([work(5), work(6)], deadline=1e12)
+        late = scheduler.submit([work(9)], deadline=0.0)  # already past its deadline
+        kept = scheduler.submit([work(7)], deadline=1e12)
+        assert scheduler.cancel(gone, "disconnected") == 2
+        assert await kept.future == [7]
+        await scheduler.stop()
+        assert recorder.batches == [[7]]
+        assert not late.future.done()  # its handler answers 504 at its own deadline
+
+        def dropped(reason: str) -> float | None:
+            return metrics.registry.get_sample_value("bertonnx_dropped_inputs_total", {"reason": reason})
+
+        assert dropped("disconnected") == 2
+        assert dropped("timeout") == 1
+        with pytest.raises(ValueError, match="reason must be one of"):
+            scheduler.cancel(kept, "bored")
+
+    run(scenario())
+
+
+def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=4, batch_wait_s=5.0)
+        scheduler.start()
+        scheduler.submit([work(3)] * 3, deadline=1e12)
+        with pytest.raises(QueueFull, match=r"3 inputs are queued \(max_queue 4\)") as full:
+            scheduler.submit([work(3)] * 2, deadline=1e12)
+        assert full.value.retry_after == 1  # nothing has run yet
+        scheduler._recent.extend([(10, 2.0), (10, 2.0)])  # 5 inputs/s measured
+        assert scheduler.retry_after(extra=2) == 1  # (3 + 2) / 5 = 1 s
+        scheduler._recent.extend([(1, 10.0)])  # 21 inputs in 14 s: 1.5/s
+        assert scheduler.retry_after(extra=2) == 4  # ceil(5 / 1.5)
+        await scheduler.stop()
+
+    run(scenario())
+
+
+def test_stop_answers_queued_requests_with_503() -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=10, batch_wait_s=10.0)
+        scheduler.start()
+        ticket = scheduler.submit([work(3)], deadline=1e12)
+        await asyncio.sleep(0.05)
+        await scheduler.stop()
+        with pytest.raises(ServeError, match="shutting down") as error:
+            ticket.future.result()
+        assert error.value.status == 503
+
+    run(scenario())
+
+
+def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on() -> None:
+    calls = []
+
+    def flaky(works: list[Work]) -> list[object]:
+        calls.append(len(works))
+        if len(calls) == 1:
+            raise RuntimeError("engine exploded")
+        return [0] * len(works)
+
+    async def scenario() -> None:
+        scheduler = Scheduler(flaky, BatchLimits(), max_queue=10)
+        scheduler.start()
+        first = scheduler.submit([work(3)], deadline=1e12)
+        with pytest.raises(ServeError, match="engine exploded"):
+            await first.future
+        assert await scheduler.submit([work(4)], deadline=1e12).future == [0]
+        await scheduler.stop()
+
+    run(scenario())
+
+
+# -- options ----------------------------------------------------------------------------------------------
+
+
+def test_serve_options_are_validated() -> None:
+    assert ServeOptions().limits == BatchLimits(16384, 256)
+    with pytest.raises(ValueError, match=r"max_queue \(8\) must be >= max_client_batch_size \(32\)"):
+        ServeOptions(max_queue=8)
+    with pytest.raises(ValueError, match="pooling must be one of pooler, cls, mean"):
+        ServeOptions(pooling="max")
+    with pytest.raises(ValueError, match="request_timeout must be > 0"):
+        ServeOptions(request_timeout=0)
+    with pytest.raises(TypeError, match="max_queue must be an int"):
+        ServeOptions(max_queue=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_batch_tokens must be >= 1"):
+        ServeOptions(max_batch_tokens=0)
+    with pytest.raises(ValueError, match="api_key must be a non-empty str"):
+        ServeOptions(api_key="")
+
+
+def test_protocol_pooling_lists_the_runtime_modes() -> None:
+    from bertonnx.outputs import POOLING_MODES
+
+    assert set(Pooling.__args__) == set(POOLING_MODES)
+
+
+# -- the engine: one run of mixed requests ----------------------------------------------------------------
+
+TEXTS = ["hello world", "the weather is nice today", "a", "Ünïcödé text, with digits 12345 and CJK 汉字"]
+PAIRS = [("the weather is nice", "i agree with you"), ("short", "a much longer second sentence here")]
+
+
+def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None:
+    model = BertOnnx(tiny_export)
+    engine = Engine(model)
+    singles = model.encode(TEXTS)
+    pairs = model.encode([a for a, _ in PAIRS], [b for _, b in PAIRS])
+    tasks = [
+        Task(EMBED, pooling="pooler"),
+        Task(EMBED, pooling="mean", normalize=True),
+        Task(EMBED, pooling="cls"),
+        Task(GRAPH, outputs=("last_hidden_state", "nsp_logits")),
+    ]
+    works = [Work(e.ids, e.type_ids, task) for e, task in zip(singles, tasks, strict=True)]
+    works += [Work(e.ids, e.type_ids, Task(NSP)) for e in pairs]
+    answers = engine.run(works)
+    np.testing.assert_allclose(answers[0], model.embed(TEXTS[0], "pooler")[0], atol=ATOL)
+    np.testing.assert_allclose(answers[1], model.embed(TEXTS[1], "mean", normalize=True)[0], atol=ATOL)
+    np.testing.assert_allclose(answers[2], model.embed(TEXTS[2], "cls")[0], atol=ATOL)
+    offline = model(TEXTS[3])
+    graph = answers[3]
+    assert isinstance(graph, dict)
+    assert set(graph) == {"last_hidden_state", "nsp_logits"}
+    np.testing.assert_allclose(graph["last_hidden_state"], offline.token_states(0), atol=ATOL)
+    np.testing.assert_allclose(graph["nsp_logits"], offline.nsp_logits[0], atol=ATOL)
+    nsp = model([a for a, _ in PAIRS], [b for _, b in PAIRS]).nsp_logits
+    np.testing.assert_allclose(np.stack(answers[4:]), nsp, atol=ATOL)
+    with pytest.raises(ValueError, match="unknown pooling 'max'"):
+        Task(EMBED, pooling="max")
