@@ -62,6 +62,9 @@ log = logging.getLogger("bertonnx.serve")
 
 #: Routes that need no bearer token even with --api-key: liveness, readiness (ours and KServe's), metrics.
 OPEN_PATHS = ("/health", "/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
+#: Requests of at most this many characters are tokenized on the event loop (tens of microseconds);
+#: larger ones in a worker thread, so a 2 MB request never stalls the loop.
+TOKENIZE_INLINE_CHARS = 2048
 #: The only model version KServe routes know.
 MODEL_VERSION = "1"
 #: Status recorded for a request whose client left before its answer (nginx's "client closed request").
@@ -194,8 +197,12 @@ async def _tokenize(
 ) -> list[Encoding]:
     truncation = state.options.auto_truncate if truncate is None else truncate
     started = time.monotonic()
+    size = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in items)
     try:
-        encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
+        if size <= TOKENIZE_INLINE_CHARS:  # a hop to a worker thread costs more than this much tokenizing
+            encodings = encode_inputs(model, items, truncation)
+        else:
+            encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
     except ValueError as exc:
         raise ServeError(f'{exc} Over HTTP: send "truncate": true to cut it.', "validation") from None
     state.metrics.tokenization_duration.observe(time.monotonic() - started)
@@ -203,8 +210,14 @@ async def _tokenize(
 
 
 async def _wait_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    """Return when the client disconnects. The body has been read, so ``receive`` blocks until then; a
+    server that answers it otherwise (no disconnect events) is not watched rather than polled."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+        if not message.get("more_body", False):
+            await asyncio.Event().wait()  # never set: cancelled once the answer is ready
 
 
 async def _compute(state: ServerState, scheduler: Scheduler, request: Request, works: list[Work]) -> list[Any]:

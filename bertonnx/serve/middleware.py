@@ -64,7 +64,10 @@ class RequestAccounting:
         self.routes = routes
 
     def _route(self, scope: Scope) -> str:
-        partial = None
+        routed = scope.get("route")  # set by the router when the request reached it
+        if routed is not None:
+            return str(getattr(routed, "path", UNMATCHED_ROUTE))
+        partial = None  # answered before routing (401, 413): match the path here
         for route in self.routes():
             match, _ = route.matches(scope)
             if match == Match.FULL:
@@ -79,7 +82,6 @@ class RequestAccounting:
             return
         started = time.monotonic()
         scope.setdefault("state", {})[ARRIVAL_KEY] = started
-        route = self._route(scope)
         status = 500
 
         async def send_status(message: Message) -> None:
@@ -95,6 +97,7 @@ class RequestAccounting:
         finally:
             self.in_flight.count -= 1
             self.metrics.in_flight.dec()
+            route = self._route(scope)
             self.metrics.requests.labels(route=route, status=str(status)).inc()
             self.metrics.request_duration.labels(route=route).observe(time.monotonic() - started)
 
