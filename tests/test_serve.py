@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -320,6 +321,8 @@ def test_tritonclient_works_unchanged_with_binary_and_json_tensors(server: Serve
             tensor.set_data_from_numpy(arrays[key], binary_data=False)
         json_in = client.infer(name, inputs, outputs=[triton.InferRequestedOutput("pooler_output")])
         close(json_in.as_numpy("pooler_output"), offline.pooler_output)
+        gzipped = client.infer(name, inputs, request_compression_algorithm="gzip")
+        close(gzipped.as_numpy("nsp_logits"), offline.nsp_logits)
         with pytest.raises(triton.InferenceServerException, match="missing inputs attention_mask, token_type_ids"):
             client.infer(name, inputs[:1])
     finally:
@@ -594,6 +597,19 @@ def test_sigterm_during_load_loses_no_accepted_request_and_exits_0(
     assert "drained in" in log
 
 
+def test_a_model_that_fails_to_load_is_reported_and_exits_3(tmp_path: Path, tiny_export: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_export, broken)
+    with open(broken / "model.onnx.data", "r+b") as data:  # the manifest still lists the old size
+        data.truncate(100)
+    port = free_port()
+    command = [sys.executable, "-m", "bertonnx.cli", "serve", str(broken), "--port", str(port), "--threads", "1"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 3, result.stderr
+    assert "the model failed to load" in result.stderr
+    assert "model.onnx.data" in result.stderr
+
+
 # -- the command -----------------------------------------------------------------------------------------
 
 
@@ -626,3 +642,28 @@ def test_import_bertonnx_never_imports_the_server_dependencies() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_bert_base_over_http_matches_offline(tmp_path: Path, bert_base_export: Path) -> None:
+    """The full-size export behind the server: TEI, OpenAI and NSP answers equal offline ``BertOnnx``."""
+    import openai
+
+    model = BertOnnx(bert_base_export, threads=1)
+    server = Server(bert_base_export, tmp_path / "bert-base.log")
+    try:
+        with server.client() as client:
+            embedded = client.post("/embed", json={"inputs": TEXTS, "pooling": "mean", "normalize": False})
+            close(embedded.json(), model.embed(TEXTS, "mean"))
+            predicted = client.post("/predict", json={"inputs": [list(p) for p in PAIRS]}).json()
+            scores = [next(p["score"] for p in pair if p["label"] == "is_next") for pair in predicted]
+            close(scores, model.nsp([a for a, _ in PAIRS], [b for _, b in PAIRS]))
+            info = client.get("/info").json()
+            assert info["random_weights"] is True
+            assert info["hidden_size"] == 768
+        result = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0).embeddings.create(
+            model=info["model_name"], input=TEXTS[:2]
+        )
+        close([d.embedding for d in result.data], model.embed(TEXTS[:2], normalize=True))
+    finally:
+        assert server.stop() == 0
