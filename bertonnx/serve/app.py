@@ -255,6 +255,23 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
         watcher.cancel()
 
 
+async def _prepare(state: ServerState, inputs: Any, truncate: bool | None) -> tuple[Scheduler, list[Encoding]]:
+    """The checks and tokenization every model route starts with."""
+    model, scheduler = state.require_model()
+    items = _as_list(inputs)
+    _check_count(len(items), state.options)
+    return scheduler, await _tokenize(state, model, items, truncate)
+
+
+async def _answer(
+    state: ServerState, request: Request, inputs: Any, truncate: bool | None, task: Task
+) -> tuple[list[Encoding], list[Any]]:
+    """Tokenize a request's inputs, run them through the scheduler, return encodings and answers."""
+    scheduler, encodings = await _prepare(state, inputs, truncate)
+    answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+    return encodings, answers
+
+
 def _json(content: Any) -> Response:
     return JSONResponse(content)
 
@@ -390,12 +407,8 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/embed", tags=["TEI"], response_model=list[list[float]], responses=ERROR_RESPONSES)
     async def embed(body: EmbedRequest, request: Request) -> Response:
         """One vector per text, in the request's order (TEI's /embed; ``pooling`` is ours)."""
-        model, scheduler = state.require_model()
-        texts = _as_list(body.inputs)
-        _check_count(len(texts), options)
-        encodings = await _tokenize(state, model, texts, body.truncate)
         task = Task(EMBED, pooling=body.pooling or options.pooling, normalize=body.normalize)
-        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        _, answers = await _answer(state, request, body.inputs, body.truncate, task)
         return _json(np.stack(answers).tolist())
 
     @app.post(
@@ -406,24 +419,14 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     )
     async def predict(body: PredictRequest, request: Request) -> Response:
         """Next-sentence prediction: per pair, both labels sorted by score (one pair in: one list out)."""
-        model, scheduler = state.require_model()
-        pairs = _as_list(body.inputs)
-        _check_count(len(pairs), options)
-        encodings = await _tokenize(state, model, pairs, body.truncate)
-        task = Task(NSP)
-        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        _, answers = await _answer(state, request, body.inputs, body.truncate, Task(NSP))
         predictions = [_predictions(logits, body.raw_scores) for logits in answers]
         return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions)
 
     @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """Every graph output of each text or pair: hidden states (no padding), pooler output, NSP logits."""
-        model, scheduler = state.require_model()
-        items = _as_list(body.inputs)
-        _check_count(len(items), options)
-        encodings = await _tokenize(state, model, items, body.truncate)
-        task = Task(GRAPH)
-        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Task(GRAPH))
         return _json(
             [
                 {
@@ -439,10 +442,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/tokenize", tags=["TEI"], response_model=list[Tokens], responses=ERROR_RESPONSES)
     async def tokenize(body: TokenizeRequest) -> Response:
         """Tokens, ids and segment ids of each text or pair, exactly as the model is fed."""
-        model, _ = state.require_model()
-        items = _as_list(body.inputs)
-        _check_count(len(items), options)
-        encodings = await _tokenize(state, model, items, body.truncate)
+        _, encodings = await _prepare(state, body.inputs, body.truncate)
         return _json(
             [
                 {"tokens": e.tokens, "ids": e.ids, "type_ids": e.type_ids, "attention_mask": [1] * len(e.ids)}
@@ -457,18 +457,15 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/v1/embeddings", tags=["OpenAI"], response_model=OpenAIEmbeddingsResponse, responses=ERROR_RESPONSES)
     async def embeddings(body: OpenAIEmbeddingsRequest, request: Request) -> Response:
         """OpenAI's embeddings API: unit-length vectors with the server's --pooling."""
-        model, scheduler = state.require_model()
+        model, _ = state.require_model()
         if body.dimensions is not None and body.dimensions != model.hidden_size:
             raise ServeError(
                 f"dimensions is {body.dimensions}, but this model gives {model.hidden_size}-dimensional vectors; "
                 f"omit dimensions or send {model.hidden_size}",
                 "validation",
             )
-        texts = _as_list(body.input)
-        _check_count(len(texts), options)
-        encodings = await _tokenize(state, model, texts, None)
         task = Task(EMBED, pooling=options.pooling, normalize=True)
-        answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
+        encodings, answers = await _answer(state, request, body.input, None, task)
         if body.encoding_format == "base64":
             vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
         else:

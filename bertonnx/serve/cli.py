@@ -16,16 +16,7 @@ from ..manifest import VARIANT_FILES, read_manifest
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
 from .app import create_app
-from .options import (
-    DEFAULT_BATCH_WAIT_MS,
-    DEFAULT_DRAIN_TIMEOUT_S,
-    DEFAULT_MAX_CLIENT_BATCH_SIZE,
-    DEFAULT_MAX_QUEUE,
-    DEFAULT_PAYLOAD_LIMIT,
-    DEFAULT_POOLING,
-    DEFAULT_REQUEST_TIMEOUT_S,
-    ServeOptions,
-)
+from .options import ServeOptions
 from .server import DEFAULT_HOST, DEFAULT_PORT, run_server
 
 __all__ = ["API_KEY_ENV", "build_parser", "main"]
@@ -33,6 +24,17 @@ __all__ = ["API_KEY_ENV", "build_parser", "main"]
 EXIT_USAGE = 2
 #: Read when --api-key is not given, so the key need not appear in the process list.
 API_KEY_ENV = "BERTONNX_API_KEY"
+#: ``--flag`` (a ``ServeOptions`` field, whose default it shows), type, help.
+NUMERIC_OPTIONS: tuple[tuple[str, type, str], ...] = (
+    ("--max-batch-tokens", int, "padded tokens (longest x inputs) per engine run"),
+    ("--max-batch-size", int, "inputs per engine run"),
+    ("--max-client-batch-size", int, "inputs per request; more gives 413"),
+    ("--max-queue", int, "inputs waiting for the engine; past it requests get 429"),
+    ("--batch-wait-ms", float, "hold a batch open this long for more inputs once the engine is free"),
+    ("--payload-limit", int, "request body bytes; more gives 413"),
+    ("--request-timeout", float, "seconds from arrival to answer; past it 504 and queued inputs are dropped"),
+    ("--drain-timeout", float, "seconds SIGTERM/SIGINT waits for accepted requests before exiting"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,42 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: loopback only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: physical cores)")
-    p.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=defaults.max_batch_tokens,
-        help=f"padded tokens (longest x inputs) per engine run (default {defaults.max_batch_tokens})",
-    )
-    p.add_argument(
-        "--max-batch-size",
-        type=int,
-        default=defaults.max_batch_size,
-        help=f"inputs per engine run (default {defaults.max_batch_size})",
-    )
-    p.add_argument(
-        "--max-client-batch-size",
-        type=int,
-        default=DEFAULT_MAX_CLIENT_BATCH_SIZE,
-        help=f"inputs per request; more gives 413 (default {DEFAULT_MAX_CLIENT_BATCH_SIZE})",
-    )
-    p.add_argument(
-        "--max-queue",
-        type=int,
-        default=DEFAULT_MAX_QUEUE,
-        help=f"inputs waiting for the engine; past it requests get 429 (default {DEFAULT_MAX_QUEUE})",
-    )
-    p.add_argument(
-        "--batch-wait-ms",
-        type=float,
-        default=DEFAULT_BATCH_WAIT_MS,
-        help="hold a batch open this long for more inputs once the engine is free (default 0: start at once)",
-    )
-    p.add_argument(
-        "--payload-limit",
-        type=int,
-        default=DEFAULT_PAYLOAD_LIMIT,
-        help=f"request body bytes; more gives 413 (default {DEFAULT_PAYLOAD_LIMIT})",
-    )
+    for flag, kind, text in NUMERIC_OPTIONS:
+        default = getattr(defaults, flag[2:].replace("-", "_"))
+        shown = f"{default:g}" if kind is float else str(default)
+        p.add_argument(flag, type=kind, default=default, help=f"{text} (default {shown})")
     p.add_argument(
         "--auto-truncate",
         action="store_true",
@@ -94,23 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; unset: no auth)",
     )
     p.add_argument(
-        "--request-timeout",
-        type=float,
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        help=f"seconds from arrival to answer; past it 504 and queued inputs are dropped "
-        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g})",
-    )
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=DEFAULT_DRAIN_TIMEOUT_S,
-        help=f"seconds SIGTERM/SIGINT waits for accepted requests (default {DEFAULT_DRAIN_TIMEOUT_S:g})",
-    )
-    p.add_argument(
         "--pooling",
         choices=POOLING_MODES,
-        default=DEFAULT_POOLING,
-        help=f"pooling when a request names none (default {DEFAULT_POOLING})",
+        default=defaults.pooling,
+        help=f"pooling when a request names none (default {defaults.pooling})",
     )
     p.add_argument("--model-name", default=None, help="name in KServe routes and answers (default: DIR's name)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))

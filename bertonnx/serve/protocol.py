@@ -187,13 +187,8 @@ class EncodedInput(BaseModel):
     nsp_logits: list[float] = Field(description="[2]: index 0 is 'B follows A'")
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(EncodeRequest):
     """``POST /tokenize``: tokens and ids exactly as the model is fed, as ``bertonnx tokenize``."""
-
-    inputs: StrictStr | list[TextOrPair] = Field(description="a text, or a list of texts and pairs")
-    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
-
-    check_inputs = _inputs_check("inputs", TEXTS_OR_PAIRS)
 
 
 class Tokens(BaseModel):
