@@ -57,6 +57,20 @@ def test_select_batch_keeps_the_token_budget_and_the_size_cap() -> None:
         assert positions == list(range(positions[0], positions[0] + len(picks)))
 
 
+def test_a_large_batch_stops_growing_where_padding_would_pass_a_quarter() -> None:
+    lengths = [60, *range(6, 66, 2)]  # the oldest is 60 tokens, the others 6 to 64
+    picks = select_batch(lengths, BatchLimits())
+    chosen = sorted(lengths[i] for i in picks)
+    padded = max(chosen) * len(chosen)
+    assert padded >= 256  # grown past the efficient size ...
+    assert (padded - sum(chosen)) / padded <= 0.25  # ... but no further than a quarter of padding
+    assert len(picks) < len(lengths)  # the short inputs are left for their own batch
+    short_batch = select_batch([lengths[i] for i in range(len(lengths)) if i not in picks], BatchLimits())
+    assert len(short_batch) > 1
+    tiny = [40, 6, 8, 10]  # below the efficient size a batch takes everything that fits
+    assert sorted(select_batch(tiny, BatchLimits())) == [0, 1, 2, 3]
+
+
 def test_an_input_longer_than_the_budget_runs_alone() -> None:
     assert select_batch([600, 5, 5], BatchLimits(max_batch_tokens=512)) == [0]
     assert select_batch([], BatchLimits()) == []

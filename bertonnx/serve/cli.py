@@ -49,6 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: loopback only)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: physical cores)")
+    p.add_argument(
+        "--spinning",
+        action="store_true",
+        help="let idle onnxruntime threads spin between runs (off: they would take cores from the event loop)",
+    )
     for flag, kind, text in NUMERIC_OPTIONS:
         default = getattr(defaults, flag[2:].replace("-", "_"))
         shown = f"{default:g}" if kind is float else str(default)
@@ -107,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
         print(f"error ({kind}): {exc}", file=sys.stderr)
         return EXIT_USAGE
-    app = create_app(args.model_dir, options, variant=args.variant, threads=args.threads)
+    app = create_app(args.model_dir, options, variant=args.variant, threads=args.threads, spinning=args.spinning)
     return run_server(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
 
 
