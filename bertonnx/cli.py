@@ -33,6 +33,7 @@ _EXPORT_INSTALL = "pip install torch==2.13.0 'bertonnx[export]'"
 _EXTRA_COMMANDS = {
     "export": ("bertonnx_export.cli", "the export step needs the export extra: " + _EXPORT_INSTALL),
     "parity": ("bertonnx_export.parity", "parity needs the export extra: " + _EXPORT_INSTALL),
+    "batch": ("bertonnx.corpus.cli", "corpus jobs need the batch extra: pip install 'bertonnx[batch]'"),
     "bench": (
         "bertonnx_benchmarks.cli",
         "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'",
@@ -270,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("parity", "compare every variant of DIR with PyTorch (needs bertonnx[export])"),
         ("bench", "latency benchmarks against PyTorch (needs bertonnx[bench])"),
         ("serve", "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (needs bertonnx[serve])"),
+        ("batch", "embed or score a corpus file into Parquet, locally or on Ray (needs bertonnx[batch])"),
     ):
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
