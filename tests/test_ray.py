@@ -30,7 +30,27 @@ from bertonnx.corpus.ray_job import run_ray_job  # noqa: E402
 ATOL = 1e-5
 OBJECT_STORE_BYTES = 300 * 1024 * 1024
 CHUNK_ROWS = 64  # many batches from a small corpus, so several actors share the work
-WORDS = "the weather is nice today and i agree with you while a quick brown fox jumps over lazy dogs".split()
+WORDS = [
+    "the",
+    "weather",
+    "is",
+    "nice",
+    "today",
+    "and",
+    "i",
+    "agree",
+    "with",
+    "you",
+    "while",
+    "a",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dogs",
+]
 BAD_LINES = {17: '{"text": null}', 101: "not json", 230: '{"text": 3}', 333: json.dumps({"text": "word " * 600})}
 
 
