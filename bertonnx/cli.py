@@ -290,6 +290,10 @@ def _run_extra(name: str, argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``bertonnx`` command."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"] and any(a == "--ray" or a.startswith("--ray=") for a in argv):
+        from .ray_serve import main as ray_serve_main  # the serve app as Ray Serve replicas
+
+        return ray_serve_main(argv[1:])
     if argv and argv[0] in _EXTRA_COMMANDS:
         return _run_extra(argv[0], argv[1:])
     args = build_parser().parse_args(argv)

@@ -11,6 +11,11 @@ import json
 import os
 import random
 import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +203,85 @@ def test_cli_ray_flag_before_dir(
     code = main([*argv, "--threads-per-actor", "3"])
     assert code == 2
     assert "the cluster has 2" in capsys.readouterr().err
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def post(url: str, body: object) -> tuple[int, object]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def assert_same_json(got: object, expected: object) -> None:
+    """Equal structure and strings; numbers within the fp32 tolerance."""
+    if isinstance(expected, float):
+        assert isinstance(got, (float, int))
+        assert abs(got - expected) <= ATOL
+    elif isinstance(expected, list):
+        assert isinstance(got, list)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert_same_json(g, e)
+    elif isinstance(expected, dict):
+        assert isinstance(got, dict)
+        assert got.keys() == expected.keys()
+        for key in expected:
+            assert_same_json(got[key], expected[key])
+    else:
+        assert got == expected
+
+
+SERVE_REQUESTS = [
+    ("/embed", {"inputs": ["the weather is nice", "i agree with you", ""], "pooling": "mean"}),
+    ("/embed", {"inputs": "hello world", "normalize": False}),
+    ("/predict", {"inputs": ["the weather is nice", "i agree with you"]}),
+    ("/predict", {"inputs": [["the sky is blue", "stocks fell"], ["a", "b"]], "raw_scores": True}),
+    ("/embed", {"inputs": []}),  # an error: same code and body
+    ("/embed", {"inputs": ["word " * 600], "truncate": False}),  # too long: same error
+]
+
+
+SERVE_MAIN = "import sys; from bertonnx.serve.cli import main; sys.exit(main(sys.argv[1:]))"  # `bertonnx serve`
+
+
+@pytest.mark.usefixtures("cluster")
+def test_serve_deployment_answers_like_bertonnx_serve(tiny_export: Path) -> None:
+    pytest.importorskip("bertonnx.serve")
+    from ray import serve
+
+    from bertonnx.ray_serve import deployment, wait_ready
+    from bertonnx.serve import ServeOptions
+
+    plain_port, ray_port = free_port(), free_port()
+    plain = subprocess.Popen(
+        [sys.executable, "-c", SERVE_MAIN, str(tiny_export), "--port", str(plain_port), "--threads", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": ray_port})
+        serve.run(deployment(tiny_export, ServeOptions(), replicas=2, threads=1), name="bertonnx", route_prefix="/")
+        plain_url, ray_url = f"http://127.0.0.1:{plain_port}", f"http://127.0.0.1:{ray_port}"
+        wait_ready(plain_url, 1, timeout=60)
+        wait_ready(ray_url, 2, timeout=60)
+        for path, body in SERVE_REQUESTS:
+            expected_status, expected = post(plain_url + path, body)
+            for _ in range(2):  # requests spread over both replicas
+                status, got = post(ray_url + path, body)
+                assert status == expected_status, (path, body, got)
+                assert_same_json(got, expected)
+        assert [post(plain_url + p, b)[0] for p, b in SERVE_REQUESTS][-2:] != [200, 200]  # the errors are errors
+    finally:
+        plain.terminate()
+        plain.wait(timeout=30)
+        serve.shutdown()
