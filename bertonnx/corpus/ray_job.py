@@ -28,7 +28,7 @@ from .errors import BadRowError, CorpusFileError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
 from .readers import open_input, plan_splits
-from .writers import check_writable, rejects_path
+from .writers import check_writable, rejects_path, remove
 
 __all__ = ["IO_TASK_CPUS", "run_ray_job"]
 
@@ -139,6 +139,9 @@ def run_ray_job(
             dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
         except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's exception; surface ours as they are
             raise _user_error(exc) or exc from None
+        finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
+            if sink.result is None:
+                remove(sink.staging)
     finally:
         if owns_ray:
             ray.shutdown()
