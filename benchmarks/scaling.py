@@ -6,9 +6,11 @@ Builds a seeded corpus (:func:`benchmarks.corpus.build_corpus`: English-like tex
 log-uniform lengths), writes it as ``.txt``, then per repeat: the local job in a fresh process (2 threads),
 a local Ray cluster (``ray.init(num_cpus=2)``, started once and timed apart), and the Ray job with each
 layout. Every Ray output is checked against the local one (same ids, fp32 max abs <= 1e-5) before its time
-counts. A small job of ``--small`` rows per runner measures the fixed cost (process and actor start, model
-load), so the steady throughput is ``(size - small) / (time - small_time)``. It also times the driver-side
-work the job does per input byte (counting lines into splits) and a read task's parsing rate, the inputs
+counts. Ray's workers run at the driver's priority here (``RAY_worker_niceness=0``; Ray's default is
+nice 15), so on a shared machine both runners compete for the CPU alike. A small job of ``--small`` rows
+per runner measures the fixed cost (process and actor start, model load), so the steady throughput is
+``(size - small) / (time - small_time)``. It also times the driver-side work per input byte (counting
+lines into splits) and a read task's parsing rate, the inputs
 of the N-machine projection in ``benchmarks/SCALING.md``.
 
 Run it under the machine-wide lock: ``flock /work/team/timing.lock python -m benchmarks.scaling ...``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -107,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
 
+    # Ray starts workers at nice 15 (RayConfig worker_niceness), so on a machine shared with other work its
+    # actors would lose the CPU to them while the local job, at nice 0, would not; compare at equal priority.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     import ray
 
     from bertonnx.corpus import TaskOptions
@@ -120,50 +126,47 @@ def main(argv: list[str] | None = None) -> int:
     results["machine"]["ray"] = ray.__version__
     results["io"] = io_rates(corpus, work)
     options = TaskOptions(pooling=args.pooling)
-    for repeat in range(args.repeats):
+
+    def local_run(repeat: int) -> dict[str, Any]:
         local = run_local(args.model_dir, corpus, work / "local.parquet", args.pooling)
         local_small = run_local(args.model_dir, small, work / "local-small.parquet", args.pooling)
-        results["runs"].append(
-            {
-                "repeat": repeat,
-                "runner": "local 2 threads",
-                "seconds": local["seconds"],
-                "small_seconds": local_small["seconds"],
-                "process_seconds": local["process_seconds"],
-            }
-        )
-        started = time.perf_counter()
-        ray.init(num_cpus=CPUS, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, log_to_driver=False)
-        cluster_seconds = time.perf_counter() - started
-        try:
-            for actors, threads in LAYOUTS:
-                output = work / f"ray-{actors}x{threads}.parquet"
+        return {
+            "repeat": repeat,
+            "runner": "local 2 threads",
+            "seconds": local["seconds"],
+            "small_seconds": local_small["seconds"],
+            "process_seconds": local["process_seconds"],
+        }
 
-                def job(source: Path, output: Path, actors: int = actors, threads: int = threads) -> Any:
-                    return run_ray_job(
-                        args.model_dir,
-                        source,
-                        output,
-                        options,
-                        actors=actors,
-                        threads_per_actor=threads,
-                        progress=False,
-                    )
+    def ray_run(repeat: int, actors: int, threads: int, cluster_seconds: float) -> dict[str, Any]:
+        def job(source: Path, output: Path) -> Any:
+            return run_ray_job(
+                args.model_dir, source, output, options, actors=actors, threads_per_actor=threads, progress=False
+            )
 
-                summary, small_summary = job(corpus, output), job(small, work / "ray-small.parquet")
-                difference = check_same(output, work / "local.parquet")
-                results["runs"].append(
-                    {
-                        "repeat": repeat,
-                        "runner": f"ray {actors} actor(s) x {threads} thread(s)",
-                        "seconds": summary.seconds,
-                        "small_seconds": small_summary.seconds,
-                        "cluster_start_seconds": cluster_seconds,
-                        "max_abs_vs_local": difference,
-                    }
-                )
-        finally:
-            ray.shutdown()
+        output = work / f"ray-{actors}x{threads}.parquet"
+        summary, small_summary = job(corpus, output), job(small, work / "ray-small.parquet")
+        return {
+            "repeat": repeat,
+            "runner": f"ray {actors} actor(s) x {threads} thread(s)",
+            "seconds": summary.seconds,
+            "small_seconds": small_summary.seconds,
+            "cluster_start_seconds": cluster_seconds,
+            "max_abs_vs_local": check_same(output, work / "local.parquet"),
+        }
+
+    results["runs"].append(local_run(0))  # the reference every Ray output is checked against
+    started = time.perf_counter()
+    ray.init(num_cpus=CPUS, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, log_to_driver=False)
+    cluster_seconds = time.perf_counter() - started
+    try:  # runners alternate order between repeats, so a slow spell of a shared machine hits them alike
+        for repeat in range(args.repeats):
+            layouts = LAYOUTS if repeat % 2 == 0 else LAYOUTS[::-1]
+            results["runs"] += [ray_run(repeat, actors, threads, cluster_seconds) for actors, threads in layouts]
+            if repeat + 1 < args.repeats:
+                results["runs"].append(local_run(repeat + 1))
+    finally:
+        ray.shutdown()
     for run in results["runs"]:
         run["inputs_per_s"] = args.size / run["seconds"]
         run["steady_inputs_per_s"] = (args.size - args.small) / max(1e-9, run["seconds"] - run["small_seconds"])
