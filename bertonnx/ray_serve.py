@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     """``bertonnx serve``'s parser plus the Ray options."""
     from .serve.cli import build_parser as serve_parser
 
-    parser = serve_parser()
+    parser: argparse.ArgumentParser = serve_parser()
     ray = parser.add_argument_group("Ray Serve")
     ray.add_argument(
         "--ray",
