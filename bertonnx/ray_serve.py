@@ -32,6 +32,7 @@ from ._extras import require
 from .errors import ModelDirectoryError
 from .manifest import read_manifest
 from .model import DEFAULT_VARIANT, BertOnnx
+from .options import RuntimeOptions
 
 if TYPE_CHECKING:
     from .serve import ServeOptions
@@ -51,6 +52,7 @@ def deployment(
     variant: str = DEFAULT_VARIANT,
     replicas: int = 1,
     threads: int = 1,
+    spinning: bool = False,
     max_ongoing_requests: int | None = None,
     name: str = APP_NAME,
 ) -> Any:
@@ -64,6 +66,7 @@ def deployment(
         variant: model variant.
         replicas: replicas (each a Ray actor with its own model).
         threads: onnxruntime threads per replica, and the CPUs Ray reserves for each.
+        spinning: let idle onnxruntime threads spin (off, as in ``bertonnx serve``).
         max_ongoing_requests: requests in flight per replica (default: ``options.max_queue``, so batches are
             not capped by Serve).
         name: the deployment's name.
@@ -91,9 +94,8 @@ def deployment(
     model_name = options.model_name or manifest.directory.name
 
     def build_app() -> Any:  # runs in each replica: load there, then the server's own app around it
-        return create_app(
-            BertOnnx(directory, variant, threads=threads), dataclasses.replace(options, model_name=model_name)
-        )
+        model = BertOnnx(directory, variant, options=RuntimeOptions(threads=threads, allow_spinning=spinning))
+        return create_app(model, dataclasses.replace(options, model_name=model_name))
 
     @serve.deployment(
         name=name,
@@ -187,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             variant=args.variant,
             replicas=args.replicas,
             threads=args.threads,
+            spinning=getattr(args, "spinning", False),
             max_ongoing_requests=args.max_ongoing_requests,
         )
     except (ValueError, TypeError) as exc:
