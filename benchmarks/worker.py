@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -342,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m benchmarks.worker {{{','.join(TASKS)}}} SPEC.json RESULT.json", file=sys.stderr)
         return 2
     task, spec_path, result_path = args
+    from bertonnx import RandomWeightsWarning
+
+    # the parent reports random weights in its results; one warning per worker process would only be noise
+    warnings.simplefilter("ignore", RandomWeightsWarning)
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     result = TASKS[task](spec)
     Path(result_path).write_text(json.dumps(result), encoding="utf-8")

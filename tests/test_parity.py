@@ -353,6 +353,7 @@ def test_parity_command_passes_an_untouched_export(tiny_export: Path, tiny_check
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("the weather is nice\ti agree with you\na single text\n\nwhat now?\tnothing\n", encoding="utf-8")
     report = tmp_path / "out" / "parity.md"
+    report.parent.mkdir()  # an output's folder must exist (a missing one is refused before any work)
     result = _parity_cli(
         str(tiny_export), "--reference", str(tiny_checkpoint), "--pairs", str(pairs), "--report", str(report)
     )
@@ -380,7 +381,7 @@ def test_parity_json(tiny_export: Path, capsys: pytest.CaptureFixture[str]) -> N
         (["{not_export}"], "is not a bertonnx export"),
         (["{export}", "--reference", "{missing}"], "cannot load the PyTorch reference"),
         (["{export}", "--variants", "fp16"], "--variants must name variants present in"),
-        (["{export}", "--pairs", "{missing}"], "cannot read --pairs"),
+        (["{export}", "--pairs", "{missing}"], "nope does not exist; check the path"),
     ],
     ids=["missing-dir", "not-an-export", "missing-reference", "unknown-variant", "missing-pairs"],
 )
