@@ -174,6 +174,12 @@ def bert_base_export(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
     """The full-size bert-base-uncased export with seeded RANDOM weights, through the real CLI."""
     prebuilt = prebuilt_export(BERT_BASE_EXPORT_ENV)
     if prebuilt is not None:
+        weights = json.loads((prebuilt / "bertonnx.json").read_text(encoding="utf-8"))["weights"]
+        if (weights.get("kind"), weights.get("seed")) != ("random", 0):
+            pytest.fail(
+                f"{BERT_BASE_EXPORT_ENV}={prebuilt} holds {weights.get('kind')} weights; the tests expect "
+                "an export made with --weights random --seed 0"
+            )
         return prebuilt
     require_torch("the bert-base-uncased export", BERT_BASE_EXPORT_ENV)
     outdir = tmp_path_factory.mktemp("bert-base") / "bert-base-uncased"
