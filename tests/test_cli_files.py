@@ -254,6 +254,15 @@ def test_an_error_about_an_input_names_its_line(
     assert line.endswith(f"(input i is line i + 1 of {source})")
 
 
+def test_embed_json_without_output_is_one_object(capsys: pytest.CaptureFixture[str], tiny_export: Path) -> None:
+    assert main(["embed", str(tiny_export), "one", "", "three", "--json", "--pooling", "cls"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["shape"] == [3, 32]
+    assert payload["texts"] == ["one", "", "three"]
+    assert np.asarray(payload["embeddings"]).shape == (3, 32)
+    assert (payload["pooling"], payload["variant"], payload["random_weights"]) == ("cls", "fp32", False)
+
+
 def test_written_files_get_the_usual_permissions(tiny_export: Path, tmp_path: Path) -> None:
     target = tmp_path / "vectors.jsonl"
     assert main(["embed", str(tiny_export), "a", "b", "--output", str(target)]) == 0

@@ -264,6 +264,13 @@ def test_install_hints_work_from_an_index_and_from_a_clone() -> None:
             assert hint.index(TORCH_PIN) < hint.index("bertonnx[")
 
 
+def test_bench_writes_to_the_current_directory_by_default(tmp_path: Path) -> None:
+    """Not inside the installed package (site-packages): ``./bertonnx-bench`` unless ``--out`` says otherwise."""
+    out = _load(COMMANDS["bench"]).parser().parse_intermixed_args(["DIR"]).out
+    assert not out.is_absolute()
+    assert out == Path("bertonnx-bench")
+
+
 def test_the_extras_entry_points_behave_the_same(tmp_path: Path) -> None:
     """``python -m bertonnx_export`` and ``python -m bertonnx_benchmarks`` share the parsing and the errors."""
     for module in ("bertonnx_export", "bertonnx_benchmarks"):

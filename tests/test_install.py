@@ -167,14 +167,12 @@ def _install_torch(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.torch_free
 def test_torch_comes_from_the_cpu_index_when_it_answers(cpu_index: str) -> None:
     result = _install_torch("--index", cpu_index)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].endswith(f"-m pip install --quiet {TORCH_PIN} --index-url {cpu_index}")
 
 
-@pytest.mark.torch_free
 def test_torch_falls_back_to_the_pin_when_the_index_does_not_answer(cpu_index: str) -> None:
     with socket.socket() as silent:  # accepts connections (backlog) but never answers
         silent.bind(("127.0.0.1", 0))

@@ -358,6 +358,9 @@ def test_parity_command_passes_an_untouched_export(tiny_export: Path, tiny_check
         str(tiny_export), "--reference", str(tiny_checkpoint), "--pairs", str(pairs), "--report", str(report)
     )
     assert result.returncode == parity.EXIT_OK, result.stdout + result.stderr
+    assert f"reference: transformers BertForPreTraining (PyTorch, fp32) from `{tiny_checkpoint}`" in result.stdout
+    assert "weights: pretrained\n" in result.stdout
+    assert "{" not in result.stdout  # words, not Python dicts
     text = report.read_text()
     assert "- verdict: pass" in text
     assert "18 built-in + 3 from --pairs" in text

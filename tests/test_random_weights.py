@@ -88,6 +88,21 @@ def test_every_json_output_says_whether_weights_are_random(
         assert "RandomWeightsWarning" not in err
 
 
+def test_inspect_says_where_the_weights_come_from_in_words(
+    capsys: pytest.CaptureFixture[str], tiny_export: Path, random_export: Path, random_heads_export: Path
+) -> None:
+    for directory, expected in (
+        (tiny_export, "weights           pretrained\n"),
+        (random_export, "weights           random (seed 0)\n"),
+        (random_heads_export, "weights           pretrained; nsp head random (seed 0)\n"),
+    ):
+        assert main(["inspect", str(directory)]) == 0
+        out = capsys.readouterr().out
+        assert expected in out
+        assert "source            " in out
+        assert "{" not in out  # words, not Python dicts
+
+
 def test_text_outputs_show_a_banner(capsys: pytest.CaptureFixture[str], random_export: Path) -> None:
     for argv in (["nsp", str(random_export), "a", "b"], ["walkthrough", str(random_export)]):
         assert main(argv) == 0

@@ -271,6 +271,12 @@ def test_readme_block_runs(block: Block, request: pytest.FixtureRequest, tmp_pat
 
 
 @pytest.mark.torch_free
+def test_the_readme_names_no_issue_numbers() -> None:
+    """Readers cannot see the project's issue tracker."""
+    assert not re.findall(r"(?i)\bissue\s*#?\d+", README.read_text(encoding="utf-8"))
+
+
+@pytest.mark.torch_free
 def test_the_marker_parser_on_a_sample() -> None:
     sample = textwrap.dedent(
         """
