@@ -93,6 +93,19 @@ def announce(request: pytest.FixtureRequest, what: str) -> Iterator[None]:
     say(f"[fixture] {what}: done in {time.perf_counter() - start:.0f} s")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A line when a slow test starts and ends: some run for minutes, longer than pytest's dots can show."""
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or item.get_closest_marker("slow") is None or item.config.get_verbosity() > 0:
+        yield
+        return
+    reporter.write_line(f"[slow] {item.nodeid} ...")
+    start = time.perf_counter()
+    yield
+    reporter.write_line(f"[slow] {item.nodeid}: {time.perf_counter() - start:.0f} s")
+
+
 def prebuilt_export(variable: str) -> Path | None:
     """The export named by environment ``variable``, or ``None`` when it is unset (fails when it is wrong)."""
     value = os.environ.get(variable)
