@@ -352,7 +352,17 @@ COMMANDS: dict[str, Command | Delegate | str] = {
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
     # the server's parser lives beside the server, which needs the serve extra to import
     "serve": Delegate(
-        "serve", "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes", "bertonnx.serve.cli", extra="serve"
+        "serve",
+        "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (--ray: as Ray Serve replicas)",
+        "bertonnx.serve.cli",
+        extra="serve",
+    ),
+    # the corpus job's parser lives beside its readers and writers, which need the batch extra to import
+    "batch": Delegate(
+        "batch",
+        "embed or score a corpus file into Parquet, locally or on Ray (--ray)",
+        "bertonnx.corpus.cli",
+        extra="batch",
     ),
 }
 

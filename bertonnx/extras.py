@@ -38,6 +38,8 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "openvino": ("openvino",),
     "bench": ("torch", "transformers", "optimum", "onnx", "huggingface_hub", "matplotlib", "psutil"),
     "serve": ("fastapi", "uvicorn", "httptools", "pydantic", "prometheus_client"),
+    "batch": ("pyarrow", "tqdm"),
+    "ray": ("ray", "pyarrow", "tqdm", "fastapi", "uvicorn", "httptools", "pydantic", "prometheus_client"),
 }
 #: Modules an extra also installs that its commands can do without: OpenVINO runs only the ``bf16``
 #: variant, and whatever needs it checks for it there (export refuses ``bf16``, bench skips its peak).

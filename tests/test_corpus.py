@@ -328,6 +328,8 @@ sys.exit(bertonnx.cli.main(["batch", sys.argv[1], "--input", "x.txt", "--output"
         [sys.executable, "-c", code, str(tiny_export)], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
     assert result.returncode == 2, result.stderr
-    assert "IMPORT: this needs pyarrow, from the bertonnx batch extra: pip install 'bertonnx[batch]'" in result.stdout
+    assert "IMPORT: bertonnx.corpus (`bertonnx batch`) needs the batch extra, and pyarrow is not installed" in (
+        result.stdout
+    )
     assert "pip install 'bertonnx[batch]'" in result.stderr
     assert result.stderr.count("\n") == 1

@@ -259,8 +259,8 @@ def test_serve_deployment_answers_like_bertonnx_serve(tiny_export: Path) -> None
     pytest.importorskip("bertonnx.serve")
     from ray import serve
 
-    from bertonnx.ray_serve import deployment, wait_ready
     from bertonnx.serve import ServeOptions
+    from bertonnx.serve.ray_serve import deployment, wait_ready
 
     plain_port, ray_port = free_port(), free_port()
     plain = subprocess.Popen(

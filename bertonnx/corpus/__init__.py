@@ -11,10 +11,9 @@ This subpackage needs the ``batch`` extra (pyarrow, tqdm); the Ray path needs th
 
 from __future__ import annotations
 
-from .._extras import require
+from ..extras import require_extra
 
-require("pyarrow", "batch")
-require("tqdm", "batch")
+require_extra("batch", "bertonnx.corpus (`bertonnx batch`)")
 
 from .compute import TASKS, TaskOptions, output_schema  # noqa: E402 - after the extra check
 from .errors import BadRowError, CorpusFileError  # noqa: E402

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._extras import require
+from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
 from .compute import TaskOptions, default_chunk_rows, output_schema
@@ -79,7 +79,7 @@ def run_ray_job(
         ImportError: Ray is not installed.
         CorpusFileError, BadRowError, ModelDirectoryError, ValueError: as for the local job.
     """
-    require("ray", "ray")
+    require_extra("ray", "`bertonnx batch --ray`")
     import ray
 
     started = time.perf_counter()

@@ -28,14 +28,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._extras import require
-from .errors import ModelDirectoryError
-from .manifest import read_manifest
-from .model import DEFAULT_VARIANT, BertOnnx
-from .options import RuntimeOptions
+from ..errors import ModelDirectoryError
+from ..extras import require_extra
+from ..manifest import read_manifest
+from ..model import DEFAULT_VARIANT, BertOnnx
+from ..options import RuntimeOptions
 
 if TYPE_CHECKING:
-    from .serve import ServeOptions
+    from . import ServeOptions
 
 __all__ = ["APP_NAME", "deployment", "main", "wait_ready"]
 
@@ -78,10 +78,10 @@ def deployment(
         ImportError: Ray Serve or the server's dependencies are missing.
         ModelDirectoryError: a bad model directory; ValueError: an unknown variant or a count below 1.
     """
-    require("ray.serve", "ray")
+    require_extra("ray", "serving on Ray (`bertonnx serve --ray`)")
     from ray import serve
 
-    from .serve import ServeOptions, create_app
+    from . import ServeOptions, create_app
 
     options = options or ServeOptions()
     manifest = read_manifest(model_dir)
@@ -147,7 +147,7 @@ def _ray_argv(argv: list[str]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """``bertonnx serve``'s parser plus the Ray options."""
-    from .serve.cli import build_parser as serve_parser
+    from .cli import build_parser as serve_parser
 
     parser: argparse.ArgumentParser = serve_parser()
     ray = parser.add_argument_group("Ray Serve")
@@ -173,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """``bertonnx serve DIR --ray [ADDRESS] --replicas N``: deploy, wait until ready, serve until Ctrl-C."""
     try:
-        require("ray.serve", "ray")
-        from .serve import ServeOptions
+        require_extra("ray", "serving on Ray (`bertonnx serve --ray`)")
+        from . import ServeOptions
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
