@@ -3,7 +3,8 @@
 Each fenced block in ``bash``, ``sh`` or ``python`` carries a marker on the line before it (blank lines
 between are allowed), an HTML comment that readers of the rendered page do not see::
 
-    <!-- readme-test: run [models=NAME[:EXPORT],...] [extras=EXTRA] [activated] [timeout=SECONDS] -->
+    <!-- readme-test: run [models=NAME[:EXPORT],...] [extras=EXTRA] [modules=MODULE,...] [server=NAME]
+                           [activated] [timeout=SECONDS] -->
     <!-- readme-test: skip REASON -->
 
 ``run``: the block runs in an empty working directory holding ``.venv`` (a link to this test's venv) and
@@ -15,20 +16,31 @@ command must succeed. A python block runs statement by statement in the venv's i
 comment lines right below a statement that printed are what it must print (``# (1, 768)``). ``extras``:
 skipped where that extra is not installed (the runtime-only venv). ``skip``: the reason is required, and
 the README says it to readers too. Blocks in other languages (``text`` for synopses) are not run.
+``modules``: skipped where one of these modules is not importable (e.g. the ``openai`` client, from the
+test extra). ``server=NAME``: the block talks to ``bertonnx serve models/NAME`` as the README starts it
+(``NAME`` must be one of the block's ``models``); the harness starts that command once per session from
+its own folder, on a free loopback port instead of the README's 8080 (tests never take a fixed port), waits
+for ``/ready``, and runs the block with ``127.0.0.1:8080`` replaced by that port; at the end of the session
+the server must drain on SIGTERM and exit 0.
 
-To add a kind of block, e.g. one that needs a running server: add its key to ``_prepare`` (start what it
-needs with a fixture, put its address in the environment or let it listen where the README says) and
-describe the key above.
+To add a kind of block: add its key to ``_parse_options`` and ``_prepare`` and describe it above.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +63,11 @@ TORCH_FREE_EXPORTS = ("tiny", "bert-base")
 SLOW_EXPORTS = ("bert-base", "minilm")
 DEFAULT_TIMEOUT_S = 600
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: The address the README's server examples use (``bertonnx serve``'s default) and how long the harness
+#: waits for the server it starts to answer ``/ready``.
+README_SERVER = "127.0.0.1:8080"
+SERVER_READY_TIMEOUT_S = 300
+SERVER_DRAIN_TIMEOUT_S = 60
 
 
 @dataclass
@@ -64,6 +81,8 @@ class Block:
     marker: str | None
     models: dict[str, str] = field(default_factory=dict)
     extras: list[str] = field(default_factory=list)
+    modules: list[str] = field(default_factory=list)
+    server: str | None = None
     activated: bool = False
     timeout: int = DEFAULT_TIMEOUT_S
     problems: list[str] = field(default_factory=list)
@@ -105,12 +124,18 @@ def _parse_options(block: Block) -> None:
             if unknown:
                 block.problems.append(f"extras={value}: unknown {unknown}; known: {', '.join(EXTRA_MODULES)}")
             block.extras = value.split(",")
+        elif key == "modules" and value:
+            block.modules = value.split(",")
+        elif key == "server" and value:
+            block.server = value
         elif key == "activated" and not value:
             block.activated = True
         elif key == "timeout" and value.isdigit():
             block.timeout = int(value)
         else:
             block.problems.append(f"unknown option {option!r} in <!-- readme-test: {block.marker} -->")
+    if block.server is not None and block.server not in block.models:
+        block.problems.append(f"server={block.server}: also name it in models= (the export the server loads)")
 
 
 def parse_readme(text: str) -> list[Block]:
@@ -176,6 +201,9 @@ def _prepare(block: Block, request: pytest.FixtureRequest, workdir: Path) -> dic
     for extra in block.extras:
         if missing_modules(extra):
             pytest.skip(f"needs the {extra} extra ({', '.join(missing_modules(extra))} missing here)")
+    missing = [name for name in block.modules if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}, not installed here")
     (workdir / ".venv").symlink_to(venv, target_is_directory=True)
     for name, export in block.models.items():
         (workdir / "models").mkdir(exist_ok=True)
@@ -187,6 +215,78 @@ def _prepare(block: Block, request: pytest.FixtureRequest, workdir: Path) -> dic
     if block.activated:
         env.update(PATH=f"{venv / 'bin'}:{SYSTEM_PATH}", VIRTUAL_ENV=str(venv))
     return env
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class ReadmeServers:
+    """``bertonnx serve models/NAME`` processes started for server blocks, one per (NAME, export)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: dict[tuple[str, Path], tuple[subprocess.Popen[bytes], int]] = {}
+
+    def port(self, name: str, export: Path) -> int:
+        """The port of ``bertonnx serve models/NAME`` on ``export``, started (and ready) on first use."""
+        if (name, export) not in self.started:
+            self.started[(name, export)] = self._start(name, export)
+        return self.started[(name, export)][1]
+
+    def _start(self, name: str, export: Path) -> tuple[subprocess.Popen[bytes], int]:
+        folder = self.root / f"server-{len(self.started)}"
+        (folder / "models").mkdir(parents=True)
+        (folder / "models" / name).symlink_to(export)
+        port = _free_port()
+        command = [str(Path(sys.prefix) / "bin" / "bertonnx"), "serve", f"models/{name}", "--port", str(port)]
+        process = subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + SERVER_READY_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"`{' '.join(command)}` exited {process.returncode} before it was ready")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=5) as answer:
+                    if answer.status == 200:
+                        return process, port
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"`{' '.join(command)}` was not ready within {SERVER_READY_TIMEOUT_S} s")
+            time.sleep(0.5)
+
+    def stop(self) -> list[str]:
+        """SIGTERM every server; the problems (a server that did not drain and exit 0)."""
+        problems = []
+        for (name, _), (process, _) in self.started.items():
+            process.send_signal(signal.SIGTERM)
+            try:
+                code = process.wait(timeout=SERVER_DRAIN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = None
+            if code != 0:
+                problems.append(f"bertonnx serve models/{name} exited {code} after SIGTERM (expected 0)")
+        return problems
+
+
+@pytest.fixture(scope="session")
+def readme_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeServers]:
+    servers = ReadmeServers(tmp_path_factory.mktemp("readme-servers"))
+    yield servers
+    problems = servers.stop()
+    assert not problems, "\n".join(problems)
+
+
+def _server_port(block: Block, request: pytest.FixtureRequest) -> int:
+    assert block.server is not None
+    export = Path(request.getfixturevalue(EXPORT_FIXTURES[block.models[block.server]]))
+    servers: ReadmeServers = request.getfixturevalue("readme_servers")
+    return servers.port(block.server, export)
 
 
 RUN_PYTHON = textwrap.dedent(
@@ -266,6 +366,9 @@ def test_readme_block_runs(block: Block, request: pytest.FixtureRequest, tmp_pat
     workdir = tmp_path / "work"
     workdir.mkdir()
     env = _prepare(block, request, workdir)
+    if block.server is not None:
+        address = f"127.0.0.1:{_server_port(block, request)}"
+        block = dataclasses.replace(block, code=block.code.replace(README_SERVER, address))
     (_run_python if RUNNABLE[block.language] == "python" else _run_bash)(block, workdir, env)
     assert os.listdir(workdir)  # the block ran where it was put (at least .venv is there)
 
