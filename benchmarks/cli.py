@@ -47,7 +47,16 @@ from .grid import (
 )
 from .machine import cpu_facts, now_utc, versions
 from .report import markdown, plot, write_atomic, write_json
-from .targets import FAST_PATH_VARIANT, FASTEST_LOSSY_VARIANT, evaluate
+from .targets import FAST_PATH_VARIANT, FASTEST_LOSSY_VARIANT, evaluate, evaluate_throughput
+from .throughput import (
+    MAIN_PASSES,
+    MAIN_TEXTS,
+    QUICK_PASSES,
+    QUICK_TEXTS,
+    REAL_WEIGHTS_PASSES,
+    REAL_WEIGHTS_TEXTS,
+    run_section,
+)
 from .worker import progress
 
 if TYPE_CHECKING:
@@ -106,6 +115,18 @@ def _bench_arguments(parser: ArgumentParser) -> None:
         f"(default {DEFAULT_REPEATS}, quick {QUICK_REPEATS})",
     )
     parser.add_argument(
+        "--throughput-texts",
+        type=int,
+        help=f"texts of the mixed corpus in the corpus-throughput section, 0 to skip it (default {MAIN_TEXTS} on DIR "
+        f"and {REAL_WEIGHTS_TEXTS} on --real-weights; quick {QUICK_TEXTS})",
+    )
+    parser.add_argument(
+        "--throughput-passes",
+        type=int,
+        help=f"timed passes per runner in that section (default {MAIN_PASSES} on DIR, {REAL_WEIGHTS_PASSES} on "
+        f"--real-weights; quick {QUICK_PASSES})",
+    )
+    parser.add_argument(
         "--real-weights",
         type=Path,
         metavar="DIR",
@@ -144,7 +165,19 @@ def _settings(args: argparse.Namespace, max_positions: int) -> dict[str, Any]:
     repeats = args.repeats if args.repeats is not None else (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
+
+    def sizes(texts: int, passes: int) -> tuple[int, int] | None:
+        texts = QUICK_TEXTS if args.quick else texts if args.throughput_texts is None else args.throughput_texts
+        passes = QUICK_PASSES if args.quick else passes if args.throughput_passes is None else args.throughput_passes
+        if texts < 0 or passes < 1:
+            raise ValueError(f"expected --throughput-texts >= 0 and --throughput-passes >= 1, got {texts} and {passes}")
+        return (texts, passes) if texts else None
+
     return {
+        "throughput": {
+            "main": sizes(MAIN_TEXTS, MAIN_PASSES),
+            "real_weights": sizes(REAL_WEIGHTS_TEXTS, REAL_WEIGHTS_PASSES),
+        },
         "quick": bool(args.quick),
         "repeats": repeats,
         "plan": asdict(plan),
@@ -395,6 +428,17 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
                 probe = probe_bertonnx(directory, runner, files, threads, workers.env)
             progress(f"cold start {runner}: {probe['wall_s']:.2f} s, peak RSS {probe['peak_rss_mb']:.0f} MB")
             cold.append({"runner": runner, **probe})
+        throughput = []
+        if settings["throughput"]["main"]:
+            correct = [name for name in variants if runner_info[name]["correct"]]
+            throughput.append(run_section(workers, directory, correct, threads, *settings["throughput"]["main"]))
+        if real_manifest is not None and settings["throughput"]["real_weights"]:
+            real_dir = real_manifest.directory.resolve()
+            throughput.append(
+                run_section(
+                    workers, real_dir, list(real_manifest.variants), threads, *settings["throughput"]["real_weights"]
+                )
+            )
     results.update(
         runners=runner_info,
         grid=grid,
@@ -404,7 +448,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         cold_start=cold,
         roofline=roofline,
     )
+    results["throughput"] = throughput
     results["targets"] = evaluate(results)
+    results["throughput_targets"] = evaluate_throughput(results)
     return results, all(info["correct"] for info in runner_info.values())
 
 

@@ -11,6 +11,8 @@ Tasks:
     ``torch``     PyTorch eager fp32 runner: re-check, then the latency grid.
     ``onnx``      one bertonnx variant: re-check, then the latency grid, runtime overhead and the corpus
                   (``grid_only``: the grid alone, for the extra processes of ``--repeats``).
+    ``peer``      sentence-transformers (torch) on the mixed corpus (:mod:`benchmarks.throughput`).
+    ``throughput`` one bertonnx variant's ``embed`` on the mixed corpus (:mod:`benchmarks.throughput`).
 
 Every variant is run through ``BertOnnx(...).session``, whatever engine runs it (onnxruntime, OpenVINO).
 
@@ -327,7 +329,21 @@ def task_onnx(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def task_peer(spec: dict[str, Any]) -> dict[str, Any]:
+    from .throughput import task_peer as run
+
+    return run(spec)
+
+
+def task_throughput(spec: dict[str, Any]) -> dict[str, Any]:
+    from .throughput import task_bertonnx as run
+
+    return run(spec)
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "peer": task_peer,
+    "throughput": task_throughput,
     "roofline": task_roofline,
     "check": task_check,
     "accuracy": task_accuracy,

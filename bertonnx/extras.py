@@ -36,7 +36,16 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "export": ("torch", "transformers", "optimum", "onnx", "huggingface_hub"),
     "openvino": ("openvino",),
-    "bench": ("torch", "transformers", "optimum", "onnx", "huggingface_hub", "matplotlib", "psutil"),
+    "bench": (
+        "torch",
+        "transformers",
+        "optimum",
+        "onnx",
+        "huggingface_hub",
+        "matplotlib",
+        "psutil",
+        "sentence_transformers",
+    ),
     "serve": ("fastapi", "uvicorn", "httptools", "pydantic", "prometheus_client"),
     "batch": ("pyarrow", "tqdm"),
     "ray": ("ray", "pyarrow", "tqdm", "fastapi", "uvicorn", "httptools", "pydantic", "prometheus_client"),
