@@ -88,7 +88,9 @@ def task_peer(spec: dict[str, Any]) -> dict[str, Any]:
     manifest = read_manifest(spec["dir"])
     checkpoint = peer_checkpoint(manifest, Path(spec["workdir"]) / f"peer-{manifest.directory.name}")
     transformer = models.Transformer(str(checkpoint), max_seq_length=manifest.max_position_embeddings)
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    # sentence-transformers 5.x renamed get_word_embedding_dimension (the old name warns)
+    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    pooling = models.Pooling(dimension(), pooling_mode="mean")
     model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
     texts = corpus_texts(spec)
 
