@@ -474,12 +474,17 @@ def _throughput(
     real-weights export (each skipped when its size is 0)."""
     sections = []
     if settings["throughput"]["main"]:
-        sections.append(run_section(workers, directory, variants, threads, *settings["throughput"]["main"]))
+        sections.append(run_section(workers, directory, variants, threads, *settings["throughput"]["main"], progress))
     if real_manifest is not None and settings["throughput"]["real_weights"]:
         real_dir = real_manifest.directory.resolve()
         sections.append(
             run_section(
-                workers, real_dir, list(real_manifest.variants), threads, *settings["throughput"]["real_weights"]
+                workers,
+                real_dir,
+                list(real_manifest.variants),
+                threads,
+                *settings["throughput"]["real_weights"],
+                progress,
             )
         )
     return sections
