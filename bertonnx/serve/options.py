@@ -8,6 +8,7 @@ holds its numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
@@ -93,6 +94,10 @@ class ServeOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"{name} must be a finite number of {'ms' if name == 'batch_wait_ms' else 's'}, got {value}"
+                )
             if value < 0 or (value == 0 and name == "request_timeout"):
                 raise ValueError(f"{name} must be {'> 0' if name == 'request_timeout' else '>= 0'}, got {value}")
         if self.max_queue < self.max_client_batch_size:
