@@ -426,6 +426,9 @@ def test_422_names_the_problem(server: Server) -> None:
             "/embed", content=b'{"inputs": "a"}', headers={"content-type": "application/x-www-form-urlencoded"}
         )
         check_error(form, 422, "validation", "send Content-Type: application/json")
+        for body in (b'{"inputs": "caf\xe9"}', b"[" * 100_000):  # latin-1 bytes; nesting past the parser
+            undecodable = client.post("/embed", content=body, headers={"content-type": "application/json"})
+            check_error(undecodable, 422, "validation", "could not be read as JSON")
         # the over-length message gives the HTTP fix, not the Python one
         assert "truncation=True" not in too_long.json()["error"]
         # OpenAI's route takes truncate too (its over-length error says to send it)

@@ -415,6 +415,13 @@ def _add_error_handlers(app: FastAPI) -> None:
             allowed = (exc.headers or {}).get("Allow", "")
             message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed or 'none'})"
             return _error_response(ServeError(message, "method_not_allowed", exc.headers), request)
+        if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, nested too deeply ...)
+            example = REQUEST_EXAMPLES.get(request.url.path)
+            message = "the body could not be read as JSON (not UTF-8, or nested too deeply)"
+            return _error_response(
+                ServeError(f"{message}. Expected a JSON body like {example}" if example else message, "validation"),
+                request,
+            )
         kinds = {status: kind for kind, status in ERROR_STATUS.items()}
         kind = kinds.get(exc.status_code, "validation")
         return Response(
