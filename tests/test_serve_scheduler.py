@@ -22,7 +22,7 @@ from bertonnx.serve.errors import ServeError
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
-from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, select_batch
+from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
 
 ATOL = 1e-5
 
@@ -195,6 +195,45 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_answers() -> None:
     run(scenario())
 
 
+def test_oldest_requests_keeps_the_inputs_of_the_first_requests_in_queue_order() -> None:
+    a, b, c = object(), object(), object()
+    tickets = [a, b, a, c, b, c]
+    assert oldest_requests(tickets, None) == [0, 1, 2, 3, 4, 5]
+    assert oldest_requests(tickets, 1) == [0, 2]
+    assert oldest_requests(tickets, 2) == [0, 1, 2, 4]
+    assert oldest_requests(tickets, 3) == [0, 1, 2, 3, 4, 5]
+    assert oldest_requests([], 1) == []
+
+
+@pytest.mark.parametrize(
+    ("max_batch_requests", "expected"), [(1, [[3, 4], [7, 8], [11, 12]]), (2, [[3, 4, 7, 8], [11, 12]])]
+)
+def test_max_batch_requests_caps_the_requests_one_batch_serves(
+    max_batch_requests: int, expected: list[list[int]]
+) -> None:
+    async def scenario() -> None:
+        recorder, metrics = Recorder(), ServeMetrics()
+        scheduler = Scheduler(
+            recorder,
+            BatchLimits(),
+            max_queue=100,
+            batch_wait_s=0.2,
+            max_batch_requests=max_batch_requests,
+            metrics=metrics,
+        )
+        scheduler.start()
+        tickets = [scheduler.submit([work(n), work(n + 1)], deadline=1e12) for n in (3, 7, 11)]
+        answers = await asyncio.gather(*(t.future for t in tickets))
+        await scheduler.stop()
+        assert answers == [[3, 4], [7, 8], [11, 12]]
+        assert [sorted(batch) for batch in recorder.batches] == expected
+        runs = metrics.registry.get_sample_value("bertonnx_batch_requests_count")
+        assert runs == len(expected)
+        assert metrics.registry.get_sample_value("bertonnx_batch_requests_sum") == 3
+
+    run(scenario())
+
+
 def test_cancelled_and_expired_inputs_are_dropped_not_computed() -> None:
     async def scenario() -> None:
         recorder, metrics = Recorder(), ServeMetrics()
@@ -289,6 +328,12 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(max_batch_tokens=0)
     with pytest.raises(ValueError, match="api_key must be a non-empty str"):
         ServeOptions(api_key="")
+    assert ServeOptions().max_batch_requests is None
+    assert ServeOptions(max_batch_requests=1).max_batch_requests == 1
+    with pytest.raises(ValueError, match=r"max_batch_requests must be >= 1 \(1: one request per engine run\)"):
+        ServeOptions(max_batch_requests=0)
+    with pytest.raises(TypeError, match="max_batch_requests must be an int or None"):
+        ServeOptions(max_batch_requests=2.0)  # type: ignore[arg-type]
 
 
 def test_protocol_pooling_lists_the_runtime_modes() -> None:

@@ -112,6 +112,7 @@ class ServerState:
                 self.options.limits,
                 max_queue=self.options.max_queue,
                 batch_wait_s=self.options.batch_wait_s,
+                max_batch_requests=self.options.max_batch_requests,
                 metrics=self.metrics,
             )
             scheduler.start()
@@ -614,6 +615,7 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                 "limits": {
                     "max_batch_tokens": options.max_batch_tokens,
                     "max_batch_size": options.max_batch_size,
+                    "max_batch_requests": options.max_batch_requests,
                     "max_client_batch_size": options.max_client_batch_size,
                     "max_queue": options.max_queue,
                     "batch_wait_ms": options.batch_wait_ms,

@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let idle onnxruntime threads spin between runs (off: they would take cores from the event loop)",
     )
+    p.add_argument(
+        "--max-batch-requests",
+        type=int,
+        default=defaults.max_batch_requests,
+        help="requests whose inputs may share one engine run, the oldest first (default: no limit; 1: one "
+        "request per run, batching across requests off)",
+    )
     for flag, kind, text in NUMERIC_OPTIONS:
         default = getattr(defaults, flag[2:].replace("-", "_"))
         shown = f"{default:g}" if kind is float else str(default)
@@ -87,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options = ServeOptions(
             max_batch_tokens=args.max_batch_tokens,
             max_batch_size=args.max_batch_size,
+            max_batch_requests=args.max_batch_requests,
             max_client_batch_size=args.max_client_batch_size,
             max_queue=args.max_queue,
             batch_wait_ms=args.batch_wait_ms,
