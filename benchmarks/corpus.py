@@ -159,3 +159,32 @@ def build_corpus(size: int, seed: int = DEFAULT_CORPUS_SEED) -> tuple[list[str],
             firsts.append(_passage(rng, share))
             seconds.append(_passage(rng, max(1, budget - share)))
     return singles, firsts, seconds
+
+
+#: The mixed-length corpus of the corpus-throughput section (and the serving benchmark): most texts short,
+#: a long tail up to ``MIXED_MAX_WORDS`` words (past 512 tokens for some, so runners truncate at 512).
+MIXED_CORPUS_SIZE = 4000
+MIXED_MIN_WORDS = 3
+MIXED_SHORT_WORDS = 30
+MIXED_MAX_WORDS = 400
+#: Share of texts under ``MIXED_SHORT_WORDS`` words.
+MIXED_SHORT_SHARE = 0.7
+
+
+def build_mixed_corpus(size: int = MIXED_CORPUS_SIZE, seed: int = DEFAULT_CORPUS_SEED) -> list[str]:
+    """``size`` seeded texts of 3-400 words: 70 % under 30 words (uniform), the rest log-uniform up to 400.
+
+    Raises:
+        ValueError: ``size`` < 1.
+    """
+    if size < 1:
+        raise ValueError(f"corpus size must be >= 1, got {size}")
+    rng = np.random.default_rng(seed)
+    texts = []
+    for _ in range(size):
+        if rng.random() < MIXED_SHORT_SHARE:
+            words = int(rng.integers(MIXED_MIN_WORDS, MIXED_SHORT_WORDS))
+        else:
+            words = int(np.exp(rng.uniform(np.log(MIXED_SHORT_WORDS), np.log(MIXED_MAX_WORDS))))
+        texts.append(_passage(rng, words))
+    return texts
