@@ -38,6 +38,10 @@ _EXTRA_COMMANDS = {
         "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'",
     ),
     "serve": ("bertonnx.serve.cli", "the server needs the serve extra: pip install 'bertonnx[serve]'"),
+    "bench-serve": (
+        "bertonnx_benchmarks.serve.cli",
+        "the serving benchmark needs the bench and serve extras: pip install torch==2.13.0 'bertonnx[bench,serve]'",
+    ),
 }
 
 
