@@ -264,7 +264,7 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=4, batch_wait_s=5.0)
         scheduler.start()
         scheduler.submit([work(3)] * 3, deadline=1e12)
-        with pytest.raises(QueueFull, match=r"3 inputs are queued \(max_queue 4\)") as full:
+        with pytest.raises(QueueFull, match=r"3 inputs waiting, --max-queue 4") as full:
             scheduler.submit([work(3)] * 2, deadline=1e12)
         assert full.value.retry_after == 1  # nothing has run yet
         scheduler._recent.extend([(10, 2.0), (10, 2.0)])  # 5 inputs/s measured
@@ -274,6 +274,36 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         await scheduler.stop()
 
     run(scenario())
+
+
+def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=2.0)
+        scheduler.start()
+        scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
+        assert scheduler.queued_seconds() is None
+        scheduler._recent_tokens.extend([(500, 1.0), (1500, 1.0)])  # 1000 tokens/s measured
+        assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
+        scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
+        with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, --max-queue-wait 2 s"):
+            scheduler.submit([work(400), work(400)], deadline=1e12)  # 2.1 s
+        with pytest.raises(QueueFull) as full:
+            scheduler.submit([work(500)] * 8, deadline=1e12)  # 5.3 s: retry once 3.3 s have drained
+        assert full.value.retry_after == 4
+        scheduler.submit([work(100)] * 7, deadline=1e12)  # 2.0 s: still within
+        await scheduler.stop()
+
+    async def empty_queue() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=0.1)
+        scheduler.start()
+        scheduler._recent_tokens.append((10, 1.0))  # 10 tokens/s: one 512-token input is 51 s of work
+        scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
+        with pytest.raises(QueueFull, match=r"--max-queue-wait 0\.1 s"):
+            scheduler.submit([work(2)], deadline=1e12)
+        await scheduler.stop()
+
+    run(scenario())
+    run(empty_queue())
 
 
 def test_stop_answers_queued_requests_with_503() -> None:
@@ -328,6 +358,12 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(max_batch_tokens=0)
     with pytest.raises(ValueError, match="api_key must be a non-empty str"):
         ServeOptions(api_key="")
+    assert ServeOptions().max_queue_wait == 20.0
+    assert ServeOptions(max_queue_wait=None).max_queue_wait is None
+    with pytest.raises(ValueError, match=r"max_queue_wait must be > 0 seconds or None \(no limit\), got 0"):
+        ServeOptions(max_queue_wait=0)
+    with pytest.raises(TypeError, match="max_queue_wait must be a number or None"):
+        ServeOptions(max_queue_wait="5")  # type: ignore[arg-type]
     assert ServeOptions().max_batch_requests is None
     assert ServeOptions(max_batch_requests=1).max_batch_requests == 1
     with pytest.raises(ValueError, match=r"max_batch_requests must be >= 1 \(1: one request per engine run\)"):

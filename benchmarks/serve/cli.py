@@ -206,9 +206,15 @@ class Bench:
         """Run one generator phase against ``server`` and summarize it; returns (summary, raw generator output)."""
         server.wait_idle()
         before = server.metrics()
+        machine_before, server_before = busy_cpu_seconds(), server.sampler.read()
         out = self.generate(server, name, phase, check)
+        machine_after, server_after = busy_cpu_seconds(), server.sampler.read()
         server.wait_idle()
         after = server.metrics()
+        # CPU of everything else on the machine meanwhile (other jobs, the generator's start-up): a point
+        # measured while other work ran is slower than the server alone would be
+        wall = server_after[0] - server_before[0]
+        others = machine_after - machine_before - (server_after[2] - server_before[2]) - out["cpu_s"]
         open_loop = phase["mode"] == "open"
         named = streams or {phase.get("name", name): phase.get("file", "mixed")}
         summary = summarize(out["records"], {s: self.rows[f] for s, f in named.items()}, open_loop=open_loop)
@@ -217,6 +223,7 @@ class Bench:
             mode=phase["mode"],
             generator_cpu_percent=100 * out["cpu_s"] / out["wall_s"] if out["wall_s"] > 0 else None,
             generator_check_cpu_s=out["check_cpu_s"],
+            others_cpu_percent=100 * others / wall if wall > 0 else None,
             server=server_figures(server.sampler.samples, summary["start"], summary["end"]),
             batches=batch_figures(before, after),
         )
@@ -417,6 +424,14 @@ class Bench:
         self.result["checks"] = self.checks
         self.result["duration_s"] = time.monotonic() - started
         return self.result
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (all cores, not idle or waiting for I/O)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
 def recovery_seconds(probes: Sequence[Sequence[Any]], overload_end: float, normal_ms: float | None) -> float | None:

@@ -53,9 +53,9 @@ def _batches(point: dict[str, Any]) -> str:
 
 POINT_HEADER = (
     "| requests/s | inputs/s | tokens/s | p50 | p90 | p99 | max (ms) | errors | server CPU / RSS | generator CPU "
-    "| inputs / requests per run, padding |"
+    "| other CPU | inputs / requests per run, padding |"
 )
-POINT_RULE = "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
+POINT_RULE = "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"
 
 
 def _point_cells(point: dict[str, Any]) -> str:
@@ -63,7 +63,8 @@ def _point_cells(point: dict[str, Any]) -> str:
     return (
         f"{_n(point['requests_per_s'], 2)} | {_n(point['inputs_per_s'])} | {_n(point['tokens_per_s'], 0)} | "
         f"{_ms(lat['p50'])} | {_ms(lat['p90'])} | {_ms(lat['p99'])} | {_ms(lat['max'])} | {_codes(point)} | "
-        f"{_server(point)} | {_n(point['generator_cpu_percent'], 1)} % | {_batches(point)} |"
+        f"{_server(point)} | {_n(point['generator_cpu_percent'], 1)} % | {_n(point.get('others_cpu_percent'), 0)} % | "
+        f"{_batches(point)} |"
     )
 
 
@@ -201,7 +202,9 @@ def markdown(results: dict[str, Any], plots: bool) -> str:
         "mixed lengths (`benchmarks.corpus.build_mixed_corpus`), 70 % `/embed` texts and 30 % `/predict` pairs, "
         "half with one input and half with 2–32, `truncate: true`. Columns: server CPU in % of one core "
         f"({machine['physical_cores']} cores = {100 * machine['physical_cores']} %), RSS the maximum during the point; "
-        "per engine run, mean inputs, mean requests and the share of padded tokens.",
+        "other CPU is what the rest of the machine used meanwhile (other jobs; "
+        "the figures of a point with much of it are slower than the server alone would be); per engine run, mean "
+        "inputs, mean requests and the share of padded tokens.",
         "",
         "## Targets",
         "",

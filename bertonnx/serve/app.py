@@ -113,6 +113,7 @@ class ServerState:
                 max_queue=self.options.max_queue,
                 batch_wait_s=self.options.batch_wait_s,
                 max_batch_requests=self.options.max_batch_requests,
+                max_queue_wait=self.options.max_queue_wait,
                 metrics=self.metrics,
             )
             scheduler.start()
@@ -230,8 +231,7 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
         ticket = scheduler.submit(works, deadline)
     except QueueFull as full:
         raise ServeError(
-            f"the queue is full ({full.queued} inputs waiting, --max-queue {full.max_queue}); retry after "
-            f"{full.retry_after} s or send fewer inputs",
+            f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
             "overloaded",
             {"Retry-After": str(full.retry_after)},
         ) from None
@@ -618,6 +618,7 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                     "max_batch_requests": options.max_batch_requests,
                     "max_client_batch_size": options.max_client_batch_size,
                     "max_queue": options.max_queue,
+                    "max_queue_wait": options.max_queue_wait,
                     "batch_wait_ms": options.batch_wait_ms,
                     "payload_limit": options.payload_limit,
                     "request_timeout": options.request_timeout,

@@ -61,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests whose inputs may share one engine run, the oldest first (default: no limit; 1: one "
         "request per run, batching across requests off)",
     )
+    p.add_argument(
+        "--max-queue-wait",
+        type=float,
+        default=defaults.max_queue_wait or 0.0,
+        help="seconds of work (estimated from queued tokens and recent throughput) the queue may hold; past it "
+        f"requests get 429 (default {defaults.max_queue_wait or 0:g}; 0: no limit)",
+    )
     for flag, kind, text in NUMERIC_OPTIONS:
         default = getattr(defaults, flag[2:].replace("-", "_"))
         shown = f"{default:g}" if kind is float else str(default)
@@ -97,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_batch_requests=args.max_batch_requests,
             max_client_batch_size=args.max_client_batch_size,
             max_queue=args.max_queue,
+            max_queue_wait=args.max_queue_wait or None,
             batch_wait_ms=args.batch_wait_ms,
             payload_limit=args.payload_limit,
             auto_truncate=args.auto_truncate,

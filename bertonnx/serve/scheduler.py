@@ -155,10 +155,11 @@ def oldest_requests(tickets: Sequence[object], max_requests: int | None) -> list
 
 
 class QueueFull(Exception):
-    """The queue cannot take a request's inputs; ``retry_after`` is the seconds to wait."""
+    """The queue cannot take a request's inputs; ``reason`` names the limit, ``retry_after`` the seconds to wait."""
 
-    def __init__(self, queued: int, max_queue: int, retry_after: int) -> None:
-        super().__init__(f"{queued} inputs are queued (max_queue {max_queue})")
+    def __init__(self, queued: int, max_queue: int, retry_after: int, reason: str | None = None) -> None:
+        self.reason = reason or f"{queued} inputs waiting, --max-queue {max_queue}"
+        super().__init__(self.reason)
         self.queued = queued
         self.max_queue = max_queue
         self.retry_after = retry_after
@@ -203,6 +204,9 @@ class Scheduler:
         max_queue: inputs waiting at most; ``submit`` raises :class:`QueueFull` past it.
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
+        max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
+            seconds per token of recent batches; a request that would pass it gets :class:`QueueFull`
+            (``None``: no limit; a request is always taken when nothing is queued).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
 
@@ -214,6 +218,7 @@ class Scheduler:
         max_queue: int,
         batch_wait_s: float = 0.0,
         max_batch_requests: int | None = None,
+        max_queue_wait: float | None = None,
         metrics: ServeMetrics | None = None,
     ) -> None:
         self._run_batch = run_batch
@@ -221,10 +226,12 @@ class Scheduler:
         self.max_queue = max_queue
         self.batch_wait_s = batch_wait_s
         self.max_batch_requests = max_batch_requests
+        self.max_queue_wait = max_queue_wait
         self.metrics = metrics
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self._recent_tokens: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: list[Entry] = []
@@ -269,10 +276,19 @@ class Scheduler:
             deadline: ``time.monotonic()`` after which its inputs are dropped instead of computed.
 
         Raises:
-            QueueFull: the queue cannot take ``len(works)`` more inputs.
+            QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
+                queued with them would take longer than ``max_queue_wait`` seconds.
         """
         if self.queued + len(works) > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
+        wait = self.queued_seconds(sum(len(work.ids) for work in works))
+        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {wait:.0f} s of work queued with this request, --max-queue-wait {self.max_queue_wait:g} s",
+            )
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -307,6 +323,16 @@ class Scheduler:
         if not inputs or seconds <= 0:
             return DEFAULT_RETRY_AFTER_S
         return max(1, math.ceil((self.queued + extra) * seconds / inputs))
+
+    def queued_seconds(self, extra_tokens: int = 0) -> float | None:
+        """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
+        the seconds per token of recent batches (``None`` before the first batch)."""
+        tokens = sum(count for count, _ in self._recent_tokens)
+        seconds = sum(elapsed for _, elapsed in self._recent_tokens)
+        if not tokens or seconds <= 0:
+            return None
+        pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
+        return (pending + extra_tokens) * seconds / tokens
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -378,6 +404,7 @@ class Scheduler:
                 self._running = []
             elapsed = time.monotonic() - started
             self._recent.append((len(batch), elapsed))
+            self._recent_tokens.append((sum(entry.length for entry in batch), elapsed))
             self._record(batch, started, elapsed)
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket
