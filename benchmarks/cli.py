@@ -4,8 +4,8 @@ Order: roofline, correctness check (all runners, before any timing), the real-we
 ``--real-weights``), each runner's grid (torch first, then the variants in the manifest), the extra
 processes of ``--repeats`` for B1×T128, cold-start probes, then the targets. Processes run strictly one
 after another with the same thread budget. Exit 0 when every runner was correct, 3 when one failed its
-check (reports are still written, with that runner's rows marked failed), 2 for bad options or a bad
-model directory.
+check (reports are still written, with that runner's rows marked failed), 2 for bad options, a bad
+model directory, an output folder that cannot be written, or a missing bench extra (each one line).
 
 ``--repeats N``: one process may run the same file markedly slower than the next (on a 2-core VM, fp32
 B1×T128 at 116 ms in some fresh processes and 135 ms in others), so B1×T128 is timed in N fresh processes
@@ -29,6 +29,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bertonnx.command import ArgumentParser, Command, run_command
+from bertonnx.files import check_output_dir, check_output_file
+
 from .coldstart import probe_bertonnx, probe_torch, thread_env
 from .corpus import DEFAULT_CORPUS_SEED, DEFAULT_CORPUS_SIZE, QUICK_CORPUS_SIZE
 from .grid import (
@@ -44,7 +47,16 @@ from .grid import (
 )
 from .machine import cpu_facts, now_utc, versions
 from .report import markdown, plot, write_atomic, write_json
-from .targets import FAST_PATH_VARIANT, FASTEST_LOSSY_VARIANT, evaluate
+from .targets import FAST_PATH_VARIANT, FASTEST_LOSSY_VARIANT, evaluate, evaluate_throughput
+from .throughput import (
+    MAIN_PASSES,
+    MAIN_TEXTS,
+    QUICK_PASSES,
+    QUICK_TEXTS,
+    REAL_WEIGHTS_PASSES,
+    REAL_WEIGHTS_TEXTS,
+    run_section,
+)
 from .worker import progress
 
 if TYPE_CHECKING:
@@ -54,7 +66,8 @@ EXIT_OK = 0
 EXIT_ERROR = 2
 EXIT_INCORRECT = 3
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+#: Relative to the current directory (never inside the installed package).
+DEFAULT_OUT = Path("bertonnx-bench")
 TORCH_RUNNER = "torch"
 DEFAULT_CORPUS_BATCH = 32
 QUICK_CORPUS_BATCH = 16
@@ -72,12 +85,11 @@ RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "latency.p
 FALLBACK_RECHECK_MAX_ABS = 1e-4
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bertonnx bench", description="Benchmark bertonnx's variants against PyTorch eager fp32."
-    )
+def _bench_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}, created if missing)"
+    )
     parser.add_argument(
         "--results-md", type=Path, help="also write the markdown report here (e.g. benchmarks/RESULTS.md)"
     )
@@ -103,13 +115,29 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_REPEATS}, quick {QUICK_REPEATS})",
     )
     parser.add_argument(
+        "--throughput-texts",
+        type=int,
+        help=f"texts of the mixed corpus in the corpus-throughput section, 0 to skip it (default {MAIN_TEXTS} on DIR "
+        f"and {REAL_WEIGHTS_TEXTS} on --real-weights; quick {QUICK_TEXTS})",
+    )
+    parser.add_argument(
+        "--throughput-passes",
+        type=int,
+        help=f"timed passes per runner in that section (default {MAIN_PASSES} on DIR, {REAL_WEIGHTS_PASSES} on "
+        f"--real-weights; quick {QUICK_PASSES})",
+    )
+    parser.add_argument(
         "--real-weights",
         type=Path,
         metavar="DIR",
         help=f"an export of pretrained weights (e.g. MiniLM): its {' and '.join(REAL_WEIGHTS_VARIANTS)} variants "
         "are compared with PyTorch fp32 for target 1's accuracy",
     )
-    return parser
+
+
+def build_parser() -> ArgumentParser:
+    """The ``bertonnx bench`` parser (parse with ``parse_intermixed_args``: options go anywhere)."""
+    return BENCH_COMMAND.parser()
 
 
 def _settings(args: argparse.Namespace, max_positions: int) -> dict[str, Any]:
@@ -137,7 +165,19 @@ def _settings(args: argparse.Namespace, max_positions: int) -> dict[str, Any]:
     repeats = args.repeats if args.repeats is not None else (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")
+
+    def sizes(texts: int, passes: int) -> tuple[int, int] | None:
+        texts = QUICK_TEXTS if args.quick else texts if args.throughput_texts is None else args.throughput_texts
+        passes = QUICK_PASSES if args.quick else passes if args.throughput_passes is None else args.throughput_passes
+        if texts < 0 or passes < 1:
+            raise ValueError(f"expected --throughput-texts >= 0 and --throughput-passes >= 1, got {texts} and {passes}")
+        return (texts, passes) if texts else None
+
     return {
+        "throughput": {
+            "main": sizes(MAIN_TEXTS, MAIN_PASSES),
+            "real_weights": sizes(REAL_WEIGHTS_TEXTS, REAL_WEIGHTS_PASSES),
+        },
         "quick": bool(args.quick),
         "repeats": repeats,
         "plan": asdict(plan),
@@ -262,7 +302,7 @@ def _command_line() -> str:
     return shlex.join([*head, *sys.argv[1:]])
 
 
-def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], bool]:
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     """Run every section; return the results and whether every runner was correct."""
     from bertonnx.manifest import read_manifest
     from bertonnx.options import physical_cores
@@ -281,7 +321,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], 
         "format_version": 1,
         "date": now_utc(),
         "command": _command_line(),
-        "argv": list(argv),
+        "arguments": {
+            key: value if isinstance(value, (int, float, bool, type(None))) else str(value)
+            for key, value in vars(args).items()
+        },
         "versions": versions(),
         "machine": cpu_facts(),
         "threads": {"budget": threads, "intra_op": threads, "inter_op": 1, "torch": threads, "torch_interop": 1},
@@ -385,6 +428,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], 
                 probe = probe_bertonnx(directory, runner, files, threads, workers.env)
             progress(f"cold start {runner}: {probe['wall_s']:.2f} s, peak RSS {probe['peak_rss_mb']:.0f} MB")
             cold.append({"runner": runner, **probe})
+        throughput = []
+        if settings["throughput"]["main"]:
+            correct = [name for name in variants if runner_info[name]["correct"]]
+            throughput.append(run_section(workers, directory, correct, threads, *settings["throughput"]["main"]))
+        if real_manifest is not None and settings["throughput"]["real_weights"]:
+            real_dir = real_manifest.directory.resolve()
+            throughput.append(
+                run_section(
+                    workers, real_dir, list(real_manifest.variants), threads, *settings["throughput"]["real_weights"]
+                )
+            )
     results.update(
         runners=runner_info,
         grid=grid,
@@ -394,20 +448,18 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> tuple[dict[str, Any], 
         cold_start=cold,
         roofline=roofline,
     )
+    results["throughput"] = throughput
     results["targets"] = evaluate(results)
+    results["throughput_targets"] = evaluate_throughput(results)
     return results, all(info["correct"] for info in runner_info.values())
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``bertonnx bench`` and ``python -m benchmarks``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    try:
-        results, all_correct = run(args, argv)
-    except ValueError as exc:  # includes ModelDirectoryError
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    out: Path = args.out
+def _run_bench(args: argparse.Namespace) -> int:
+    """Run every section and write the reports; the exit code (module docstring)."""
+    out = check_output_dir(args.out, "--out")
+    if args.results_md:
+        check_output_file(str(args.results_md), "--results-md")
+    results, all_correct = run(args)
     write_json(out / RESULTS_JSON, results)
     text = markdown(results)
     write_atomic(out / RESULTS_MD, text.encode("utf-8"))
@@ -420,3 +472,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {', '.join(failed)} failed the correctness check; their rows are marked failed", file=sys.stderr)
         return EXIT_INCORRECT
     return EXIT_OK
+
+
+BENCH_COMMAND = Command(
+    "bench",
+    "latency benchmarks of every variant against PyTorch",
+    _bench_arguments,
+    _run_bench,
+    extra="bench",
+    description="Benchmark bertonnx's variants against PyTorch eager fp32.",
+    epilog="exit codes: 0 every runner correct, 2 bad usage, 3 a runner failed its correctness check",
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bertonnx bench`` and ``python -m bertonnx_benchmarks``."""
+    return run_command(BENCH_COMMAND, argv)

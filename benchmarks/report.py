@@ -72,6 +72,55 @@ def targets_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def throughput_lines(results: dict[str, Any]) -> list[str]:
+    """The corpus-throughput section: its targets, then one table per export (peer first)."""
+    sections = results.get("throughput") or []
+    if not sections:
+        return []
+    judged = results["throughput_targets"]
+    lines = [
+        "",
+        "## Corpus throughput: bertonnx against sentence-transformers",
+        "",
+        "The mixed corpus (`benchmarks.corpus.build_mixed_corpus`: seeded texts of 3–400 words, 70 % under 30), "
+        "mean pooling, truncation at 512 tokens, the same thread budget, each runner in its own fresh process. "
+        "The peer is sentence-transformers on torch (batch 32, its own length sorting) loading the export's own "
+        'PyTorch weights; bertonnx runs `BertOnnx(dir, variant).embed(texts, "mean", truncation=True)` with '
+        "its defaults. texts/s is the median of the timed passes; max abs and cosines compare each runner's "
+        "vectors of the timed call with the peer's.",
+        "",
+    ]
+    if judged["out_of_scope"]:
+        lines += [f"**Not judged:** {judged['out_of_scope']}.", ""]
+    lines += [f"Targets judged on `{judged['judged_on']}`:", "", "| # | target | required | measured | status |"]
+    lines.append("|---|---|---|---|---|")
+    notes = []
+    for row in judged["rows"]:
+        status = row["status"] if row["status"] != "not met" else "**not met**"
+        lines.append(
+            f"| {row['target']} | {_cell(row['name'])} | {_cell(row['required'])} | {_cell(row['measured'])} | "
+            f"{status} |"
+        )
+        notes += [f"target {row['target']}: {note}" for note in row["notes"]]
+    lines += [""] + [f"- {note}" for note in notes]
+    for section in sections:
+        lines += [
+            "",
+            f"### `{section['directory']}`: {section['texts']} texts, {section['tokens']} tokens, "
+            f"{section['passes']} timed pass(es), peer {section['peer']['runner']} {section['peer']['version']}",
+            "",
+            "| runner | texts/s | passes texts/s | tokens/s | vs peer | max abs vs peer | min / mean cosine |",
+            "|---|---:|---|---:|---:|---:|---|",
+        ]
+        for row in section["rows"]:
+            passes = ", ".join(f"{v:.1f}" for v in row["texts_per_s_passes"])
+            lines.append(
+                f"| {row['runner']} | {row['texts_per_s']:.1f} | {passes} | {_num(row['tokens_per_s'], 0)} | "
+                f"{row['vs_peer']:.2f}× | {row['max_abs']:.2g} | {row['min_cosine']:.5f} / {row['mean_cosine']:.5f} |"
+            )
+    return lines
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The human-readable report of one run."""
     machine, model, threads = results["machine"], results["model"], results["threads"]
@@ -176,6 +225,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {c['runner']} | {t['min']}/{t['mean']:.0f}/{t['max']} | {c['sorted_inputs_per_s']:.1f} | "
             f"{c['naive_inputs_per_s']:.1f} | {c['speedup']:.2f}× |"
         )
+    lines += throughput_lines(results)
     lines += [
         "",
         "## Cold start (fresh process: import, load, one result)",

@@ -11,6 +11,8 @@ Tasks:
     ``torch``     PyTorch eager fp32 runner: re-check, then the latency grid.
     ``onnx``      one bertonnx variant: re-check, then the latency grid, runtime overhead and the corpus
                   (``grid_only``: the grid alone, for the extra processes of ``--repeats``).
+    ``peer``      sentence-transformers (torch) on the mixed corpus (:mod:`benchmarks.throughput`).
+    ``throughput`` one bertonnx variant's ``embed`` on the mixed corpus (:mod:`benchmarks.throughput`).
 
 Every variant is run through ``BertOnnx(...).session``, whatever engine runs it (onnxruntime, OpenVINO).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -326,7 +329,21 @@ def task_onnx(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def task_peer(spec: dict[str, Any]) -> dict[str, Any]:
+    from .throughput import task_peer as run
+
+    return run(spec)
+
+
+def task_throughput(spec: dict[str, Any]) -> dict[str, Any]:
+    from .throughput import task_bertonnx as run
+
+    return run(spec)
+
+
 TASKS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "peer": task_peer,
+    "throughput": task_throughput,
     "roofline": task_roofline,
     "check": task_check,
     "accuracy": task_accuracy,
@@ -342,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m benchmarks.worker {{{','.join(TASKS)}}} SPEC.json RESULT.json", file=sys.stderr)
         return 2
     task, spec_path, result_path = args
+    from bertonnx import RandomWeightsWarning
+
+    # the parent reports random weights in its results; one warning per worker process would only be noise
+    warnings.simplefilter("ignore", RandomWeightsWarning)
     spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     result = TASKS[task](spec)
     Path(result_path).write_text(json.dumps(result), encoding="utf-8")

@@ -6,10 +6,18 @@ variant, imported only when that variant is loaded); ``onnx`` is imported only t
 ``inspect`` and ``walkthrough``. It never imports torch, transformers or optimum.
 """
 
-from .errors import ModelDirectoryError
+from .errors import ModelDirectoryError, RandomWeightsWarning
 from .model import BertOnnx
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
 from .version import __version__
 
-__all__ = ["BertOnnx", "BertOutput", "ModelDirectoryError", "RuntimeOptions", "Tokenized", "__version__"]
+__all__ = [
+    "BertOnnx",
+    "BertOutput",
+    "ModelDirectoryError",
+    "RandomWeightsWarning",
+    "RuntimeOptions",
+    "Tokenized",
+    "__version__",
+]

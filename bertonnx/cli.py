@@ -1,48 +1,37 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), and export.
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), export, parity, bench,
+bench-serve, serve, batch.
 
-``export`` needs the ``bertonnx[export]`` extra and is imported only when asked for, so every other
-command runs with torch, transformers and optimum absent. Every command takes ``--json``.
+Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
+:func:`bertonnx.command.run_command`: options may come anywhere, and every expected failure is one line
+on stderr with exit code 2 (``--debug`` adds the traceback). ``export``, ``parity`` and ``bench`` live in
+the extras' packages and are imported only when asked for, so every other command runs with torch,
+transformers and optimum absent. A new command is one more entry in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+import warnings
+from collections.abc import Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import ModelDirectoryError
-from .info import describe, mean_pooler_cosine
+from .command import EXIT_OK, ArgumentParser, Command, CommandError, Delegate, dispatch
+from .errors import RandomWeightsWarning
+from .files import STDIN, blank_lines, check_output_file, read_lines, write_atomic
+from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
 from .manifest import VARIANT_FILES, read_manifest
-from .model import DEFAULT_VARIANT, POOLING_MODES, BertOnnx
+from .model import DEFAULT_BATCH_SIZE, DEFAULT_VARIANT, POOLING_MODES, BertOnnx
 from .version import __version__
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
 
-EXIT_OK = 0
-EXIT_ERROR = 2
 MODULE_PAIR = ("the weather is nice", "i agree with you")
+DESCRIPTION = "Run BERT (encoder, pooler, NSP head) on onnxruntime, without PyTorch."
 _RULE = "=" * 72
-_EXPORT_INSTALL = "pip install torch==2.13.0 'bertonnx[export]'"
-#: Commands that live outside the torch-free runtime: name -> (module with a ``main(argv)``, install hint).
-_EXTRA_COMMANDS = {
-    "export": ("bertonnx_export.cli", "the export step needs the export extra: " + _EXPORT_INSTALL),
-    "parity": ("bertonnx_export.parity", "parity needs the export extra: " + _EXPORT_INSTALL),
-    "bench": (
-        "bertonnx_benchmarks.cli",
-        "benchmarks need the bench extra: pip install torch==2.13.0 'bertonnx[bench]'",
-    ),
-    "serve": ("bertonnx.serve.cli", "the server needs the serve extra: pip install 'bertonnx[serve]'"),
-    "bench-serve": (
-        "bertonnx_benchmarks.serve.cli",
-        "the serving benchmark needs the bench and serve extras: pip install torch==2.13.0 'bertonnx[bench,serve]'",
-    ),
-}
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
@@ -58,7 +47,9 @@ def _jsonable(value: object) -> object:
 
 
 def _load(args: argparse.Namespace) -> BertOnnx:
-    return BertOnnx(args.model_dir, args.variant, threads=args.threads)
+    with warnings.catch_warnings():  # the commands show random weights in their own banner or JSON field
+        warnings.simplefilter("ignore", RandomWeightsWarning)
+        return BertOnnx(args.model_dir, args.variant, threads=args.threads)
 
 
 def _random_banner(random_weights: bool, weights: dict[str, Any]) -> str:
@@ -72,13 +63,54 @@ def _fmt(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _command_line_terms(message: str) -> str:
+    """A runtime error message with the Python keywords it names spelled as this command's options."""
+    return message.replace("truncation=True", "--truncation")
+
+
+def _add_json(parser: ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_model_args(parser: ArgumentParser) -> None:
+    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    parser.add_argument(
+        "--variant",
+        default=DEFAULT_VARIANT,
+        choices=list(VARIANT_FILES),
+        help=f"{', '.join(VARIANT_FILES)} (default {DEFAULT_VARIANT}; bf16 needs OpenVINO)",
+    )
+    parser.add_argument(
+        "--threads", type=_positive_int, default=None, help="intra-op threads (default: physical cores)"
+    )
+    _add_json(parser)
+
+
+# -- inspect -----------------------------------------------------------------------------------------
+
+
+def _inspect_arguments(parser: ArgumentParser) -> None:
+    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    _add_json(parser)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
     lines = [
         _random_banner(facts["random_weights"], facts["weights"]) + f"model directory   {facts['directory']}",
-        f"source            {facts['source']}",
-        f"weights           {facts['weights']}",
+        f"source            {source_text(facts['source'])}",
+        f"weights           {weights_text(facts['weights'])}",
         f"layers            {c['num_hidden_layers']}",
         f"attention heads   {c['num_attention_heads']}",
         f"hidden size       {c['hidden_size']}",
@@ -101,9 +133,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         parity = v.get("parity") or {}
         gate = "gate passed" if parity.get("passed") else "gate not passed"
         worst = ", ".join(
-            f"{k} {parity[k]:.3g}" if k.endswith("_max_abs") else f"{k} {parity[k]:.5f}"
-            for k in sorted(parity)
-            if k.endswith(("_max_abs", "_min_cosine"))
+            f"{k} {format_figure(k, parity[k])}" for k in sorted(parity) if k.endswith(("_max_abs", "_min_cosine"))
         )
         lines.append(
             f"  {name:<10} {v['file']:<22} {(v['size_bytes'] or 0) / 1e6:8.1f} MB  {v['backend']:<12} {gate}: {worst}"
@@ -112,61 +142,136 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- tokenize, nsp -----------------------------------------------------------------------------------
+
+
+def _tokenize_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("text", metavar="TEXT")
+    parser.add_argument("pair", metavar="PAIR", nargs="?")
+    parser.add_argument("--truncation", action="store_true", help="cut to --max-length instead of refusing")
+    parser.add_argument("--max-length", type=_positive_int, default=512, help="token limit (default 512)")
+
+
 def cmd_tokenize(args: argparse.Namespace) -> int:
     model = _load(args)
-    out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
+    try:
+        out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
+    except ValueError as exc:
+        raise CommandError(_command_line_terms(str(exc))) from exc
     payload = {"tokens": out.tokens, "ids": out.ids, "type_ids": out.type_ids, "attention_mask": out.attention_mask}
     _emit(args, payload, "\n".join(f"{k:<15}{v}" for k, v in payload.items()))
     return EXIT_OK
 
 
+def _nsp_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("text_a", metavar="TEXT_A")
+    parser.add_argument("text_b", metavar="TEXT_B")
+    parser.add_argument("--truncation", action="store_true", help="cut long pairs (longest first) instead of refusing")
+
+
 def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
-    probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
-    payload = {"text_a": args.text_a, "text_b": args.text_b, "is_next_probability": probability}
+    try:
+        probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
+    except ValueError as exc:
+        raise CommandError(_command_line_terms(str(exc))) from exc
+    payload = {
+        "text_a": args.text_a,
+        "text_b": args.text_b,
+        "is_next_probability": probability,
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+    }
     banner = _random_banner(model.manifest.random_weights, model.manifest.weights)
     _emit(args, payload, f"{banner}P(B follows A) = {probability:.4f}")
     return EXIT_OK
 
 
-def _read_inputs(path: str) -> list[str]:
-    source = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115 - closed below
-    try:
-        return [line.rstrip("\n") for line in source if line.strip()]
-    finally:
-        if source is not sys.stdin:
-            source.close()
+# -- embed -------------------------------------------------------------------------------------------
+
+EMBED_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input). The file is
+UTF-8; every line is one text, blank lines included: a blank or whitespace-only line is the empty text
+and gets its own row, so row i of the output always belongs to line i of the file (a note on stderr
+names the blank lines). A final newline does not add a line.
+
+output:
+  no --output         JSON lines on stdout, one {"text", "embedding"} per text, in input order
+  --json              instead, one JSON object: shape, pooling, variant, random_weights, texts, embeddings
+  --output X.npy      a float32 [n, hidden] array (row i = text i); --json then prints a summary
+  --output FILE       JSON lines into FILE
+The output's folder must exist; the file is written to a temporary name and renamed when complete."""
+
+
+def _embed_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to embed (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines")
+    parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="default pooler")
+    parser.add_argument("--normalize", action="store_true", help="unit-length vectors")
+    parser.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument("--truncation", action="store_true", help="cut long texts instead of refusing")
+
+
+def _embed_texts(args: argparse.Namespace) -> list[str]:
+    if bool(args.texts) == (args.input is not None):
+        raise CommandError("give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither")
+    if args.texts:
+        return list(args.texts)
+    texts = read_lines(args.input, "--input")
+    blank = blank_lines(texts)
+    if blank:
+        where = "standard input" if args.input == STDIN else args.input
+        print(f"note: {where} {blank} blank: each is embedded as the empty text, keeping rows aligned", file=sys.stderr)
+    return texts
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    if bool(args.texts) == bool(args.input):
-        print(
-            "error: give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither",
-            file=sys.stderr,
-        )
-        return EXIT_ERROR
-    texts = args.texts or _read_inputs(args.input)
+    texts = _embed_texts(args)
+    target = check_output_file(args.output, "--output") if args.output else None
     model = _load(args)
-    vectors = model.embed(
-        texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
-    )
-    if args.output and args.output.endswith(".npy"):
-        target = Path(args.output)
-        tmp = target.with_name(f".{target.name}.partial.npy")
-        np.save(tmp, vectors)
-        tmp.replace(target)
-        _emit(args, {"output": str(target), "shape": list(vectors.shape)}, f"wrote {target} {vectors.shape}")
+    random_weights = model.manifest.random_weights
+    try:
+        vectors = model.embed(
+            texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
+        )
+    except ValueError as exc:
+        where = f" (input i is line i + 1 of {'standard input' if args.input == STDIN else args.input})"
+        raise CommandError(_command_line_terms(str(exc)) + (where if args.input else "")) from exc
+    about = {
+        "directory": str(model.manifest.directory),
+        "variant": model.variant,
+        "pooling": args.pooling,
+        "normalize": args.normalize,
+        "random_weights": random_weights,
+        "shape": list(vectors.shape),
+    }
+    if random_weights and not args.json:
+        print(_random_banner(True, model.manifest.weights).rstrip("\n"), file=sys.stderr)
+    if target is None:
+        if args.json:
+            print(json.dumps({**about, "texts": texts, "embeddings": vectors.tolist()}))
+        else:
+            for text, vector in zip(texts, vectors, strict=True):
+                print(json.dumps({"text": text, "embedding": vector.tolist()}))
         return EXIT_OK
-    lines = [json.dumps({"text": t, "embedding": v.tolist()}) for t, v in zip(texts, vectors, strict=True)]
-    if args.output:
-        target = Path(args.output)
-        tmp = target.with_name(f".{target.name}.partial")
-        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        tmp.replace(target)
-        _emit(args, {"output": str(target), "shape": list(vectors.shape)}, f"wrote {target} {vectors.shape}")
-    else:
-        print("\n".join(lines))
+
+    def write(handle: BinaryIO) -> None:
+        if target.suffix == ".npy":
+            np.save(handle, vectors)
+            return
+        for text, vector in zip(texts, vectors, strict=True):
+            handle.write((json.dumps({"text": text, "embedding": vector.tolist()}) + "\n").encode("utf-8"))
+
+    write_atomic(target, write, "--output")
+    _emit(args, {"output": str(target), **about}, f"wrote {target} {vectors.shape}")
     return EXIT_OK
+
+
+# -- walkthrough -------------------------------------------------------------------------------------
 
 
 def cmd_walkthrough(args: argparse.Namespace) -> int:
@@ -205,9 +310,9 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
             f"2. parameters ({facts['parameters']['counted_from']}): BertModel {_fmt(p['bert_model'])}, "
             f"token embeddings {_fmt(p['token_embeddings'])}, pooler {_fmt(p['pooler'])}, "
             f"NSP head {_fmt(p['nsp_head'])}",
-            f"3. pair {MODULE_PAIR}",
-            f"   tokens         {tokens.tokens}",
-            f"   token_type_ids {tokens.type_ids}",
+            f'3. pair "{text_a}" / "{text_b}"',
+            f"   tokens         {' '.join(tokens.tokens)}",
+            f"   token_type_ids {' '.join(map(str, tokens.type_ids))}",
             f"4. last_hidden_state {tuple(payload['last_hidden_state_shape'])}, "
             f"pooler_output {out.pooler_output.shape}",
             f"5. cosine(mean of non-special token vectors, pooler_output) = {cosine:.4f}",
@@ -218,89 +323,61 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_model_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument(
-        "--variant", default=DEFAULT_VARIANT, help=f"one of {', '.join(VARIANT_FILES)} (default {DEFAULT_VARIANT})"
-    )
-    parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: physical cores)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bertonnx", description="Run BERT (encoder, pooler, NSP head) on onnxruntime, without PyTorch."
-    )
-    parser.add_argument("--version", action="version", version=f"bertonnx {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(handler=handler)
-        return p
-
-    p = add(
+#: Every command, by name. Entries given as ``"module:ATTRIBUTE"`` are imported only when used (or for
+#: ``bertonnx --help``); those modules must import without their extra, so ``--help`` and the
+#: missing-extra message work on a runtime-only install. A :class:`Delegate` parses its own arguments
+#: after its extra is checked.
+COMMANDS: dict[str, Command | Delegate | str] = {
+    "inspect": Command(
         "inspect",
-        cmd_inspect,
         "config numbers, parameter counts (from the ONNX initializers), outputs, variants, provenance",
-    )
-    p.add_argument("model_dir", metavar="DIR")
-    p = add("tokenize", cmd_tokenize, "tokens, ids and segment ids of TEXT (and PAIR)")
-    _add_model_args(p)
-    p.add_argument("text", metavar="TEXT")
-    p.add_argument("pair", metavar="PAIR", nargs="?")
-    p.add_argument("--truncation", action="store_true")
-    p.add_argument("--max-length", type=int, default=512)
-    p = add("nsp", cmd_nsp, "probability that TEXT_B follows TEXT_A")
-    _add_model_args(p)
-    p.add_argument("text_a", metavar="TEXT_A")
-    p.add_argument("text_b", metavar="TEXT_B")
-    p.add_argument("--truncation", action="store_true")
-    p = add("embed", cmd_embed, "one vector per text, as .npy (--output X.npy) or JSON lines")
-    _add_model_args(p)
-    p.add_argument("texts", metavar="TEXT", nargs="*")
-    p.add_argument("--input", metavar="FILE", help="one text per line (- for stdin)")
-    p.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines (default: stdout)")
-    p.add_argument("--pooling", choices=POOLING_MODES, default="pooler")
-    p.add_argument("--normalize", action="store_true", help="unit-length vectors")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--truncation", action="store_true")
-    p = add("walkthrough", cmd_walkthrough, "the whole module in one run on the model directory")
-    _add_model_args(p)
-    for p in sub.choices.values():
-        p.add_argument("--json", action="store_true", help="print JSON")
-
-    for name, help_text in (
-        ("export", "export a BERT checkpoint to a verified model directory (needs bertonnx[export])"),
-        ("parity", "compare every variant of DIR with PyTorch (needs bertonnx[export])"),
-        ("bench", "latency benchmarks against PyTorch (needs bertonnx[bench])"),
-        ("serve", "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (needs bertonnx[serve])"),
-    ):
-        sub.add_parser(name, help=help_text, add_help=False)
-    return parser
-
-
-def _run_extra(name: str, argv: list[str]) -> int:
-    module_name, hint = _EXTRA_COMMANDS[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        print(f"error: {hint} ({exc})", file=sys.stderr)
-        return EXIT_ERROR
-    return int(module.main(argv))
+        _inspect_arguments,
+        cmd_inspect,
+    ),
+    "tokenize": Command(
+        "tokenize", "tokens, ids and segment ids of TEXT (and PAIR)", _tokenize_arguments, cmd_tokenize
+    ),
+    "nsp": Command("nsp", "probability that TEXT_B follows TEXT_A", _nsp_arguments, cmd_nsp),
+    "embed": Command(
+        "embed",
+        "one vector per text, as .npy (--output X.npy) or JSON lines",
+        _embed_arguments,
+        cmd_embed,
+        epilog=EMBED_EPILOG,
+    ),
+    "walkthrough": Command(
+        "walkthrough", "the whole module in one run on the model directory", _add_model_args, cmd_walkthrough
+    ),
+    "export": "bertonnx_export.cli:EXPORT_COMMAND",
+    "parity": "bertonnx_export.cli:PARITY_COMMAND",
+    "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
+    # the serving benchmark's parser lives beside it; the bench extra brings the server and the load generator
+    "bench-serve": Delegate(
+        "bench-serve",
+        "serving benchmark: bertonnx serve under load, overload and a soak, against offline embed",
+        "bertonnx_benchmarks.serve.cli",
+        extra="bench",
+    ),
+    # the server's parser lives beside the server, which needs the serve extra to import
+    "serve": Delegate(
+        "serve",
+        "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (--ray: as Ray Serve replicas)",
+        "bertonnx.serve.cli",
+        extra="serve",
+    ),
+    # the corpus job's parser lives beside its readers and writers, which need the batch extra to import
+    "batch": Delegate(
+        "batch",
+        "embed or score a corpus file into Parquet, locally or on Ray (--ray)",
+        "bertonnx.corpus.cli",
+        extra="batch",
+    ),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``bertonnx`` command."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in _EXTRA_COMMANDS:
-        return _run_extra(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.handler(args))
-    except (ValueError, TypeError) as exc:  # ModelDirectoryError is a ValueError
-        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "input"
-        print(f"error ({kind}): {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    """Entry point of the ``bertonnx`` command; returns the exit code."""
+    return dispatch(COMMANDS, argv, prog="bertonnx", description=DESCRIPTION, version=__version__)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,16 @@ from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Mani
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["COUNTABLE_VARIANTS", "count_parameters", "describe", "mean_pooler_cosine", "read_graph"]
+__all__ = [
+    "COUNTABLE_VARIANTS",
+    "count_parameters",
+    "describe",
+    "format_figure",
+    "mean_pooler_cosine",
+    "read_graph",
+    "source_text",
+    "weights_text",
+]
 
 ONNX_FLOAT = 1  # onnx.TensorProto.FLOAT
 #: Variants whose weights are float initializers (int8 weights are stored quantized).
@@ -169,3 +178,35 @@ def mean_pooler_cosine(token_states: np.ndarray, tokens: list[str], pooler: np.n
     mean = token_states[keep].astype(np.float64).mean(axis=0)
     pooled = pooler.astype(np.float64)
     return float(mean @ pooled / (np.linalg.norm(mean) * np.linalg.norm(pooled)))
+
+
+def format_figure(name: str, value: float) -> str:
+    """A parity figure as people read it: cosines with 5 decimals (0.99960, never a rounded "1"),
+    differences with 3 significant digits, agreement as a fraction with 3 decimals."""
+    if name.endswith("_min_cosine"):
+        return f"{value:.5f}"
+    if name.endswith("_agreement"):
+        return f"{value:.3f}"
+    return f"{value:.3g}"
+
+
+def source_text(source: dict[str, Any] | str | None) -> str:
+    """The manifest's ``source`` in words, e.g. ``bert-base-uncased (hub, revision main)``."""
+    if not isinstance(source, dict):
+        return str(source)
+    details = [str(source["kind"])] if source.get("kind") else []
+    if source.get("revision"):
+        details.append(f"revision {source['revision']}")
+    return f"{source.get('model')}" + (f" ({', '.join(details)})" if details else "")
+
+
+def weights_text(weights: dict[str, Any]) -> str:
+    """The manifest's ``weights`` in words, e.g. ``random (seed 0)`` or ``pretrained; nsp head random (seed 0)``."""
+    kind = str(weights.get("kind"))
+    seed = weights.get("seed")
+    if kind == "random":
+        return f"random (seed {seed})"
+    heads = weights.get("random_heads") or []
+    if heads:
+        return f"{kind}; {' and '.join(heads)} head{'s' if len(heads) > 1 else ''} random (seed {seed})"
+    return kind

@@ -8,6 +8,7 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, MappingView, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
@@ -25,7 +26,7 @@ from .batching import (
     make_batch,
     plan_batches,
 )
-from .errors import ModelDirectoryError
+from .errors import ModelDirectoryError, RandomWeightsWarning
 from .manifest import (
     INPUT_NAMES,
     OUTPUT_NAMES,
@@ -135,6 +136,10 @@ class BertOnnx:
             ImportError: ``bf16`` was asked for and OpenVINO is not installed.
             ModelDirectoryError: the directory is missing, not a bertonnx export, or a file is missing or
                 corrupt.
+
+        Warns:
+            RandomWeightsWarning: the export holds seeded random weights or random heads (its manifest
+                says so), so its outputs are not a trained model's.
         """
         if not isinstance(variant, str):
             raise TypeError(f"variant must be a str, got {type(variant).__name__}")
@@ -183,6 +188,14 @@ class BertOnnx:
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
         if set(OUTPUT_NAMES) - set(output_names):
             raise ModelDirectoryError(f"{model_path} gives outputs {output_names}; expected {list(OUTPUT_NAMES)}")
+        if manifest.random_weights:
+            note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
+            warnings.warn(
+                f"{manifest.directory} holds random weights: {note} Export pretrained weights for real use; "
+                "warnings.simplefilter('ignore', bertonnx.RandomWeightsWarning) silences this.",
+                RandomWeightsWarning,
+                stacklevel=2,
+            )
 
     def __repr__(self) -> str:
         weights = "RANDOM weights" if self.manifest.random_weights else "pretrained weights"

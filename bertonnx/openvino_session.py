@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from .extras import install_hint
 from .options import RuntimeOptions
 
 __all__ = ["OPENVINO_INSTALL_HINT", "OpenVinoSession", "openvino_version"]
 
-OPENVINO_INSTALL_HINT = "pip install 'bertonnx[openvino]'"
+OPENVINO_INSTALL_HINT = install_hint("openvino")
 CPU_DEVICE = "CPU"
 #: Latency mode with one stream: one request uses every thread (the same budget onnxruntime gets).
 _BASE_CONFIG = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}

@@ -1,4 +1,9 @@
-"""``bertonnx export [MODEL] OUTDIR``: argument parsing and exit codes for the export step."""
+"""The export extra's commands, ``bertonnx export [MODEL] OUTDIR`` and ``bertonnx parity DIR``.
+
+This module imports neither torch nor transformers: their parsers build without the extra, so ``--help``
+works on a runtime-only install and a missing extra is reported by :func:`bertonnx.command.run_command` in
+one line. The work itself (``pipeline``, ``parity``) is imported when a command runs.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from bertonnx.command import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, Command, CommandError, run_command
+from bertonnx.files import check_output_dir
+from bertonnx.manifest import VARIANT_FILES, read_manifest
+
 from .errors import ExportError
-from .source import DEFAULT_MODEL, WEIGHT_CHOICES
+from .names import DEFAULT_MODEL, DEFAULT_OPSET, WEIGHT_CHOICES
 
-EXIT_OK = 0
+__all__ = ["EXPORT_COMMAND", "PARITY_COMMAND", "build_parser", "main"]
+
+EXPORT_EPILOG = """\
+exit codes: 0 ok, 2 refused (bad option, model or OUTDIR; missing extra), 3 parity gate failed,
+4 hub unreachable, 130 interrupted. Nothing is written to OUTDIR unless every check passed."""
 
 
-def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    """Add the export options to ``parser`` (or a new parser)."""
-    from .pipeline import ALL_VARIANTS
-
-    parser = parser or argparse.ArgumentParser(prog="bertonnx export")
-    parser.description = "Export a BERT checkpoint (encoder + pooler + NSP head) to one verified ONNX model directory."
+def _export_arguments(parser: ArgumentParser) -> None:
+    parser.usage = "%(prog)s [MODEL] OUTDIR [options]"
     parser.add_argument(
         "paths",
         nargs="+",
@@ -44,13 +53,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     parser.add_argument(
         "--variants",
-        default=",".join(ALL_VARIANTS),
-        help=f"comma-separated subset of {','.join(ALL_VARIANTS)} (default: all)",
+        default=",".join(VARIANT_FILES),
+        help=f"comma-separated subset of {','.join(VARIANT_FILES)} (default: all; bf16 needs OpenVINO)",
     )
-    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default 17)")
+    parser.add_argument("--opset", type=int, default=None, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTDIR written by bertonnx export")
-    parser.add_argument("--json", action="store_true", help="print the manifest as JSON when done")
-    return parser
+    parser.add_argument("--json", action="store_true", help="print the manifest as JSON when done (log on stderr)")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -58,16 +66,20 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the export for parsed ``args``; return the process exit code."""
-    from .graph import DEFAULT_OPSET
+    """Run the export for parsed ``args``; return the process exit code.
+
+    Raises:
+        CommandError: a refusal or a failed gate, with the export's exit code.
+    """
     from .pipeline import ExportOptions, run_export
 
     if len(args.paths) > 2:
-        print(f"error: expected [MODEL] OUTDIR, got {len(args.paths)} paths: {' '.join(args.paths)}", file=sys.stderr)
-        return ExportError.EXIT_REFUSED
+        raise CommandError(f"expected [MODEL] OUTDIR, got {len(args.paths)} paths: {' '.join(args.paths)}")
     model, outdir = (DEFAULT_MODEL, args.paths[0]) if len(args.paths) == 1 else args.paths
+    target = Path(outdir).expanduser()
+    check_output_dir(target.absolute().parent, "OUTDIR", name=f"OUTDIR {outdir}")
     options = ExportOptions(
-        outdir=Path(outdir),
+        outdir=target,
         model=model,
         weights=args.weights,
         seed=args.seed,
@@ -82,16 +94,59 @@ def run(args: argparse.Namespace) -> int:
     try:
         manifest = run_export(options, log) if log else run_export(options)
     except ExportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        raise CommandError(str(exc), exc.exit_code) from exc
     except KeyboardInterrupt:
-        print("error: export interrupted; nothing was written", file=sys.stderr)
-        return 130
+        raise CommandError("export interrupted; nothing was written", EXIT_INTERRUPTED) from None
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        random_weights = read_manifest(target).random_weights
+        print(json.dumps({**manifest, "random_weights": random_weights}, indent=2))
     return EXIT_OK
 
 
+def _parity_arguments(parser: ArgumentParser) -> None:
+    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
+    parser.add_argument(
+        "--reference",
+        metavar="MODEL_OR_DIR",
+        help="checkpoint directory or hub id of the PyTorch reference (default: the manifest's source)",
+    )
+    parser.add_argument("--pairs", metavar="FILE.tsv", help="more inputs: text_a<TAB>text_b per line, or one text")
+    parser.add_argument("--report", metavar="FILE.md", help="write a markdown report (its folder must exist)")
+    parser.add_argument("--variants", help="comma-separated variants to check (default: all in DIR)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+
+def _run_parity(args: argparse.Namespace) -> int:
+    from .parity import run as run_parity
+
+    return run_parity(args)
+
+
+EXPORT_COMMAND = Command(
+    "export",
+    "export a BERT checkpoint to a verified model directory",
+    _export_arguments,
+    run,
+    extra="export",
+    description="Export a BERT checkpoint (encoder + pooler + NSP head) to one verified ONNX model directory.",
+    epilog=EXPORT_EPILOG,
+)
+PARITY_COMMAND = Command(
+    "parity",
+    "compare every variant of DIR, run through the runtime, with PyTorch",
+    _parity_arguments,
+    _run_parity,
+    extra="export",
+    description="Compare every variant of an export, run through the bertonnx runtime, with PyTorch.",
+    epilog="exit codes: 0 all within tolerance, 1 a breach, 2 bad usage",
+)
+
+
+def build_parser() -> ArgumentParser:
+    """The ``bertonnx export`` parser (parse with ``parse_intermixed_args``: options go anywhere)."""
+    return EXPORT_COMMAND.parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m export``."""
-    return run(build_parser().parse_args(argv))
+    """Entry point of ``python -m bertonnx_export`` (the same as ``bertonnx export``)."""
+    return run_command(EXPORT_COMMAND, argv)

@@ -19,8 +19,8 @@ from transformers import BertForPreTraining
 from bertonnx.manifest import INPUT_NAMES, OUTPUT_NAMES
 
 from .errors import ExportError
+from .names import DEFAULT_OPSET
 
-DEFAULT_OPSET = 17
 BATCH_AXIS = "batch_size"
 SEQUENCE_AXIS = "sequence_length"
 

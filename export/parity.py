@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from bertonnx import BertOnnx, ModelDirectoryError, RuntimeOptions
+from bertonnx import BertOnnx, ModelDirectoryError, RandomWeightsWarning, RuntimeOptions
+from bertonnx.command import CommandError, run_command
+from bertonnx.files import check_output_file, read_lines, write_atomic
+from bertonnx.info import source_text, weights_text
 from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manifest
 
 from . import gate
@@ -48,7 +50,7 @@ RUNTIME_BATCH_SIZE = 8
 _CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
 
 
-class UsageError(Exception):
+class UsageError(CommandError):
     """Bad usage: the message says what was expected and how to fix it (exit 2)."""
 
 
@@ -79,15 +81,13 @@ class VariantResult:
 def read_pairs(path: Path) -> list[tuple[str, str | None]]:
     """Inputs from a TSV file: ``text_a<TAB>text_b`` per line; a line without a tab is a single text.
 
+    Blank lines are skipped (they would only repeat the built-in empty-ish inputs).
+
     Raises:
-        UsageError: the file is missing or not UTF-8 text.
+        CommandError: the file is missing, a directory, unreadable or not UTF-8 (the message names it).
     """
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read --pairs {path} ({exc}); expected a UTF-8 text_a<TAB>text_b file") from None
     inputs: list[tuple[str, str | None]] = []
-    for line in lines:
+    for line in read_lines(str(path), "--pairs"):
         if not line.strip():
             continue
         text, tab, pair = line.partition("\t")
@@ -226,7 +226,9 @@ def check_variant(
     reference: list[dict[str, np.ndarray]],
 ) -> VariantResult:
     """Run one variant through the runtime (spinning off) and compare it with the reference outputs."""
-    model = BertOnnx(manifest.directory, variant, options=RuntimeOptions(allow_spinning=False))
+    with warnings.catch_warnings():  # the report's header says whether the weights are random
+        warnings.simplefilter("ignore", RandomWeightsWarning)
+        model = BertOnnx(manifest.directory, variant, options=RuntimeOptions(allow_spinning=False))
     ids, candidate = runtime_run(model, inputs)
     del model
     mismatches = [i for i, item in enumerate(inputs) if ids[i] != item.ids]
@@ -296,44 +298,23 @@ def _problems(results: list[VariantResult], inputs: list[Input]) -> list[str]:
 
 
 def write_report(path: Path, header: list[str], rows: list[list[str]], problems: list[str]) -> None:
-    """Write the markdown report atomically: a temporary file beside ``path``, then a rename."""
+    """Write the markdown report atomically: a temporary file beside ``path``, then a rename.
+
+    Raises:
+        CommandError: the report's folder is missing or not writable.
+    """
     text = "\n".join(["# bertonnx parity", "", *header, "", _markdown_table(rows), ""])
     text += "\n## Breaches\n\n" + ("\n".join(f"- {p}" for p in problems) if problems else "None.") + "\n"
-    path = path.expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bertonnx parity",
-        description="Compare every variant of an export, run through the bertonnx runtime, with PyTorch.",
-        epilog="exit codes: 0 all within tolerance, 1 a breach, 2 bad usage",
-    )
-    parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument(
-        "--reference",
-        metavar="MODEL_OR_DIR",
-        help="checkpoint directory or hub id of the PyTorch reference (default: the manifest's source)",
-    )
-    parser.add_argument("--pairs", metavar="FILE.tsv", help="more inputs: text_a<TAB>text_b per line, or one text")
-    parser.add_argument("--report", metavar="FILE.md", help="write a markdown report")
-    parser.add_argument("--variants", help="comma-separated variants to check (default: all in DIR)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    return parser
+    target = check_output_file(str(path), "--report")
+    write_atomic(target, lambda handle: handle.write(text.encode("utf-8")), "--report")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison for parsed ``args``; return the exit code."""
     manifest = _check_export(args.model_dir)
     variants = _variants(manifest, args.variants)
+    if args.report:
+        check_output_file(args.report, "--report")  # before the reference and every variant have run
     inputs: list[tuple[str, str | None]] = list(gate.GATE_INPUTS)
     user_inputs = read_pairs(Path(args.pairs)) if args.pairs else []
     inputs += user_inputs
@@ -343,14 +324,11 @@ def run(args: argparse.Namespace) -> int:
     results = [check_variant(manifest, variant, encoded, cases, reference) for variant in variants]
     rows = table_rows(results)
     problems = _problems(results, encoded)
-    weights = manifest.weights
-    origin = args.reference or manifest.data["source"]
+    origin = args.reference or source_text(manifest.data["source"])
     header = [
         f"- directory: `{manifest.directory}`",
         f"- reference: transformers BertForPreTraining (PyTorch, fp32) from `{origin}`",
-        f"- weights: {weights.get('kind')}"
-        + (f", seed {weights.get('seed')}" if weights.get("seed") is not None else "")
-        + (f", random heads {weights.get('random_heads')}" if weights.get("random_heads") else ""),
+        f"- weights: {weights_text(manifest.weights)}",
         f"- inputs: {len(gate.GATE_INPUTS)} built-in + {len(user_inputs)} from --pairs, through BertOnnx "
         f"(batches of {RUNTIME_BATCH_SIZE}, truncation at {manifest.max_position_embeddings} tokens)",
         f"- verdict: {'FAIL' if problems else 'pass'}",
@@ -362,6 +340,7 @@ def run(args: argparse.Namespace) -> int:
             "directory": str(manifest.directory),
             "inputs": len(encoded),
             "passed": not problems,
+            "random_weights": manifest.random_weights,
             "variants": {
                 r.variant: {"passed": r.passed, "figures": r.figures, "token_mismatches": r.token_mismatches}
                 for r in results
@@ -378,13 +357,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``bertonnx parity``."""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse: --help exits 0, a usage error 2
-        return int(exc.code or 0)
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    """Entry point of ``bertonnx parity`` (options anywhere; one line per failure, see bertonnx.command)."""
+    from .cli import PARITY_COMMAND
+
+    return run_command(PARITY_COMMAND, argv)

@@ -19,6 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bertonnx.info import format_figure
 from bertonnx.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -297,7 +298,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             failures += problems
             log(
                 f"[export] {variant}: "
-                + ", ".join(f"{k} {v:.3g}" for k, v in figures.items())
+                + ", ".join(f"{k} {format_figure(k, v)}" for k, v in figures.items())
                 + (" FAIL" if problems else " ok")
             )
     if failures:

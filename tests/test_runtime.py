@@ -15,6 +15,8 @@ from bertonnx.manifest import MANIFEST_FILE
 
 from .conftest import run_torch_free
 
+pytestmark = pytest.mark.torch_free
+
 PAIR = ("the weather is nice", "i agree with you")
 PAIR_TOKENS = ["[CLS]", "the", "weather", "is", "nice", "[SEP]", "i", "agree", "with", "you", "[SEP]"]
 PAIR_TYPES = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1]

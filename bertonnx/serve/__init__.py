@@ -14,14 +14,10 @@ Modules, in the order a request passes them: :mod:`.middleware` (accounting, aut
 
 from __future__ import annotations
 
-INSTALL_HINT = "pip install 'bertonnx[serve]'"
-try:
-    import fastapi  # noqa: F401
-    import prometheus_client  # noqa: F401
-    import pydantic  # noqa: F401
-    import uvicorn  # noqa: F401
-except ImportError as exc:
-    raise ImportError(f"bertonnx serve needs {exc.name or exc}, which is not installed: {INSTALL_HINT}") from exc
+from ..extras import install_hint, require_extra
+
+INSTALL_HINT = install_hint("serve")
+require_extra("serve", "bertonnx.serve (`bertonnx serve`)")
 
 from .app import create_app  # noqa: E402 - after the dependency check
 from .options import ServeOptions  # noqa: E402

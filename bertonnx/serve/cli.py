@@ -95,8 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``bertonnx serve``; returns the process exit code."""
-    args = build_parser().parse_intermixed_args(list(sys.argv[1:] if argv is None else argv))
+    """Entry point of ``bertonnx serve`` (``--ray``: :func:`bertonnx.serve.ray_serve.main`); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(arg == "--ray" or arg.startswith("--ray=") for arg in argv):
+        from .ray_serve import main as ray_serve_main  # the same app as Ray Serve replicas
+
+        return ray_serve_main(argv)
+    args = build_parser().parse_intermixed_args(argv)
     try:
         options = ServeOptions(
             max_batch_tokens=args.max_batch_tokens,

@@ -1,0 +1,218 @@
+"""``bertonnx serve --ray``: the same ASGI app as ``bertonnx serve``, as replicas of a Ray Serve deployment.
+
+Each replica builds :func:`bertonnx.serve.create_app` around its own :class:`~bertonnx.BertOnnx` (an
+onnxruntime session cannot be pickled, so it is loaded in the replica), with ``threads`` onnxruntime threads
+and ``num_cpus = threads`` reserved from Ray, so replicas never oversubscribe a node. Routes, errors and
+answers are the app's own; Ray Serve only routes requests to replicas.
+
+Batching across requests happens inside a replica, in the app's scheduler. Ray Serve caps the requests in
+flight at a replica with ``max_ongoing_requests`` (5 by default, which would cap every batch at 5
+requests); the deployment sets it to the app's ``max_queue`` so the app's own scheduler decides the batches
+and answers 429 when full. Each replica keeps its own ``/metrics``; a scrape through the proxy reads one
+replica.
+
+Needs the ``ray`` extra (Ray Serve) and the ``serve`` extra (the app).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ModelDirectoryError
+from ..extras import require_extra
+from ..manifest import read_manifest
+from ..model import DEFAULT_VARIANT, BertOnnx
+from ..options import RuntimeOptions
+
+if TYPE_CHECKING:
+    from . import ServeOptions
+
+__all__ = ["APP_NAME", "deployment", "main", "wait_ready"]
+
+APP_NAME = "bertonnx"
+EXIT_USAGE = 2
+#: Seconds ``bertonnx serve --ray`` waits for ``/ready`` after the replicas started.
+READY_TIMEOUT_S = 120.0
+
+
+def deployment(
+    model_dir: str | Path,
+    options: ServeOptions | None = None,
+    *,
+    variant: str = DEFAULT_VARIANT,
+    replicas: int = 1,
+    threads: int = 1,
+    spinning: bool = False,
+    max_ongoing_requests: int | None = None,
+    name: str = APP_NAME,
+) -> Any:
+    """A Ray Serve application running ``bertonnx serve``'s app on ``replicas`` replicas.
+
+    Deploy it with ``serve.run(deployment(...), route_prefix="/")`` after ``serve.start(http_options=...)``.
+
+    Args:
+        model_dir: directory written by ``bertonnx export``, readable at the same path on every node.
+        options: the app's limits and defaults (``bertonnx.serve.ServeOptions``).
+        variant: model variant.
+        replicas: replicas (each a Ray actor with its own model).
+        threads: onnxruntime threads per replica, and the CPUs Ray reserves for each.
+        spinning: let idle onnxruntime threads spin (off, as in ``bertonnx serve``).
+        max_ongoing_requests: requests in flight per replica (default: ``options.max_queue``, so batches are
+            not capped by Serve).
+        name: the deployment's name.
+
+    Returns:
+        A bound ``ray.serve.Application``.
+
+    Raises:
+        ImportError: Ray Serve or the server's dependencies are missing.
+        ModelDirectoryError: a bad model directory; ValueError: an unknown variant or a count below 1.
+    """
+    require_extra("ray", "serving on Ray (`bertonnx serve --ray`)")
+    from ray import serve
+
+    from . import ServeOptions, create_app
+
+    options = options or ServeOptions()
+    manifest = read_manifest(model_dir)
+    if variant not in manifest.variants:
+        raise ValueError(f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}")
+    for label, value in (("replicas", replicas), ("threads", threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{label} must be an int >= 1, got {value!r}")
+    directory = str(manifest.directory.absolute())
+    model_name = options.model_name or manifest.directory.name
+
+    def build_app() -> Any:  # runs in each replica: load there, then the server's own app around it
+        model = BertOnnx(directory, variant, options=RuntimeOptions(threads=threads, allow_spinning=spinning))
+        return create_app(model, dataclasses.replace(options, model_name=model_name))
+
+    @serve.deployment(
+        name=name,
+        num_replicas=replicas,
+        max_ongoing_requests=max_ongoing_requests or options.max_queue,
+        ray_actor_options={"num_cpus": threads},
+    )
+    @serve.ingress(build_app)
+    class BertOnnxServer:
+        def check_health(self) -> None:
+            """Ray Serve restarts a replica whose model failed to load or warm up."""
+            error = self.app.state.bertonnx.load_error  # type: ignore[attr-defined]  # from serve.ingress
+            if error:
+                raise RuntimeError(f"bertonnx replica is unhealthy: {error}")
+
+    return BertOnnxServer.bind()  # type: ignore[attr-defined]  # from serve.deployment
+
+
+def wait_ready(url: str, replicas: int, timeout: float = READY_TIMEOUT_S) -> None:
+    """Poll ``url/ready`` until it answers 200 ``2 x replicas`` times in a row (requests spread over replicas).
+
+    Raises:
+        TimeoutError: not ready within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    streak = 0
+    while streak < 2 * replicas:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}/ready did not answer 200 within {timeout:g} s; see the Ray Serve logs")
+        try:
+            with urllib.request.urlopen(f"{url}/ready", timeout=5) as response:
+                streak = streak + 1 if response.status == 200 else 0
+        except (urllib.error.URLError, OSError):
+            streak = 0
+            time.sleep(0.2)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _ray_argv(argv: list[str]) -> list[str]:
+    out = []
+    for i, word in enumerate(argv):
+        following = argv[i + 1] if i + 1 < len(argv) else ""
+        out.append("--ray=" if word == "--ray" and not (following == "auto" or ":" in following) else word)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``bertonnx serve``'s parser plus the Ray options."""
+    from .cli import build_parser as serve_parser
+
+    parser: argparse.ArgumentParser = serve_parser()
+    ray = parser.add_argument_group("Ray Serve")
+    ray.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="serve on Ray: no ADDRESS starts a local cluster; `auto`, HOST:PORT or ray://HOST:PORT joins one",
+    )
+    ray.add_argument("--replicas", type=int, default=1, help="replicas, each with its own model (default 1)")
+    ray.add_argument(
+        "--max-ongoing-requests",
+        type=int,
+        default=None,
+        help="requests in flight per replica (default: --max-queue, so Serve never caps a batch)",
+    )
+    parser.set_defaults(threads=1)
+    parser.epilog = "With --ray, --threads is per replica (default 1) and Ray reserves that many CPUs for each."
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bertonnx serve DIR --ray [ADDRESS] --replicas N``: deploy, wait until ready, serve until Ctrl-C."""
+    try:
+        require_extra("ray", "serving on Ray (`bertonnx serve --ray`)")
+        from . import ServeOptions
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args = build_parser().parse_intermixed_args(_ray_argv(list(sys.argv[1:] if argv is None else argv)))
+    fields = {f.name for f in dataclasses.fields(ServeOptions)}
+    try:  # the serve parser's options are ServeOptions' fields by name
+        values = {name: value for name, value in vars(args).items() if name in fields}
+        options = ServeOptions(**{**values, "api_key": values.get("api_key") or None})
+        app = deployment(
+            args.model_dir,
+            options,
+            variant=args.variant,
+            replicas=args.replicas,
+            threads=args.threads,
+            spinning=getattr(args, "spinning", False),
+            max_ongoing_requests=args.max_ongoing_requests,
+        )
+    except (ValueError, TypeError) as exc:
+        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
+        print(f"error ({kind}): {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    import ray
+    from ray import serve
+
+    ray.init(address=args.ray or None, include_dashboard=False)
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the deployment as Ctrl-C does
+    try:
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(app, name=APP_NAME, route_prefix="/")
+        url = f"http://{args.host}:{args.port}"
+        wait_ready(url, args.replicas)
+        print(json.dumps({"url": url, "replicas": args.replicas, "threads_per_replica": args.threads}))
+        print(f"serving {args.model_dir} at {url} on {args.replicas} Ray Serve replicas; Ctrl-C stops", file=sys.stderr)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("stopping the deployment", file=sys.stderr)
+    finally:  # a joined cluster keeps its other applications; a local one goes away with us
+        serve.shutdown() if not args.ray else serve.delete(APP_NAME)  # type: ignore[no-untyped-call]
+        ray.shutdown()
+    return 0
