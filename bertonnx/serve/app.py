@@ -307,6 +307,7 @@ def create_app(
     variant: str = DEFAULT_VARIANT,
     threads: int | None = None,
     spinning: bool = False,
+    keep_memory: bool = False,
 ) -> FastAPI:
     """Build the server's ASGI application.
 
@@ -319,6 +320,11 @@ def create_app(
         spinning: let idle onnxruntime threads spin (ignored for a loaded model). Off by default: the
             event loop and tokenization share the cores, and spinning threads take them (measured on
             the 2-core machine under load: one 12-token request 108 ms with spinning, 75 ms without).
+        keep_memory: keep onnxruntime's memory arena and the heap's freed pages between engine runs (ignored
+            for a loaded model). Off by default: after each run the arena shrinks and free pages go back to the
+            system (:attr:`bertonnx.RuntimeOptions.arena_shrinkage`, ``release_memory``), so RSS follows the
+            batch being computed instead of growing with every new batch shape (benchmarks/SERVING.md: the
+            soak's RSS with and without).
 
     Returns:
         A FastAPI app; its lifespan loads and warms up the model and runs the scheduler. Its
@@ -340,7 +346,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = RuntimeOptions(threads=threads, allow_spinning=spinning)
+        runtime = RuntimeOptions(
+            threads=threads, allow_spinning=spinning, arena_shrinkage=not keep_memory, release_memory=not keep_memory
+        )
         loader = asyncio.create_task(state.load(model, variant, runtime), name="bertonnx-load")
         try:
             yield
@@ -612,6 +620,10 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                 "max_input_length": model.max_length,
                 "pooling": options.pooling,
                 "threads": model.options.intra_op_threads,
+                "memory": {
+                    "arena_shrinkage": model.options.arena_shrinkage,
+                    "release_memory": model.options.release_memory,
+                },
                 "limits": {
                     "max_batch_tokens": options.max_batch_tokens,
                     "max_batch_size": options.max_batch_size,
