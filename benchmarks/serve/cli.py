@@ -542,6 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server_args": args.server_args,
         "precisions": {},
     }
+    results["precisions_requested"] = precisions
+    from .report import write_reports
     from .targets import evaluate
 
     with tempfile.TemporaryDirectory(prefix="bertonnx-bench-serve-") as tmp:
@@ -549,11 +551,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             work = Path(tmp) / precision
             work.mkdir()
             results["precisions"][precision] = Bench(args, plan, precision, work, threads).run()
-    results["duration_s"] = time.monotonic() - wall
-    results["targets"] = evaluate(results)
-    from .report import write_reports
-
-    write_reports(args.out, results)
+            # the reports after each precision: a run stopped during the next keeps what it measured
+            results["duration_s"] = time.monotonic() - wall
+            results["targets"] = evaluate(results)
+            write_reports(args.out, results)
     failed = [c for r in results["precisions"].values() for c in r["checks"] if c["failed"]]
     progress(f"done in {results['duration_s'] / 60:.1f} min; wrote {args.out}")
     return EXIT_INCORRECT if failed else EXIT_OK

@@ -179,6 +179,14 @@ def precision_section(name: str, run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _unfinished(results: dict[str, Any]) -> list[str]:
+    """A line naming the requested precisions the run has not measured (yet, or ever, if it was stopped)."""
+    missing = [p for p in results.get("precisions_requested", []) if p not in results["precisions"]]
+    if not missing:
+        return []
+    return [f"Not measured in this run (requested, but the run stopped or is still going): {', '.join(missing)}.", ""]
+
+
 def markdown(results: dict[str, Any], plots: bool) -> str:
     machine = results["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
@@ -194,6 +202,7 @@ def markdown(results: dict[str, Any], plots: bool) -> str:
         "",
         f"Command: `{results['command']}`",
         "",
+        *_unfinished(results),
         f"Versions: {versions}.",
         "",
         "The server (`bertonnx serve`, default options unless stated) and the load generator (aiohttp, its own "
