@@ -351,13 +351,7 @@ COMMANDS: dict[str, Command | Delegate | str] = {
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
-    # the serving benchmark's parser lives beside it; the bench extra brings the server and the load generator
-    "bench-serve": Delegate(
-        "bench-serve",
-        "serving benchmark: bertonnx serve under load, overload and a soak, against offline embed",
-        "bertonnx_benchmarks.serve.cli",
-        extra="bench",
-    ),
+    "bench-serve": "bertonnx_benchmarks.serve.cli:BENCH_SERVE_COMMAND",
     # the server's parser lives beside the server, which needs the serve extra to import
     "serve": Delegate(
         "serve",

@@ -33,13 +33,15 @@ from typing import Any
 
 import numpy as np
 
+from bertonnx.command import ArgumentParser, Command, CommandError, run_command
+
 from ..corpus import DEFAULT_CORPUS_SEED
 from ..machine import cpu_facts, now_utc, versions
 from .harness import ServerProcess, run_module
 from .stats import DONE, SCHEDULED, STATUS, batch_figures, server_figures, summarize
 from .workload import build_requests, probe_request, write_requests
 
-EXIT_OK, EXIT_USAGE, EXIT_INCORRECT = 0, 2, 3
+EXIT_OK, EXIT_INCORRECT = 0, 3
 PRECISIONS = {"fp32": "fp32", "bf16": "bf16"}
 SECTIONS = ("offline", "closed", "open", "overload", "batching-off", "soak")
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "out" / "serve"
@@ -56,6 +58,12 @@ MAX_IN_FLIGHT = 512
 #: A probe is back to normal when its latency is within the p99 of the probes before the overload, and the
 #: server has recovered once this many probes in a row are.
 RECOVERY_RUN = 5
+#: Seconds of a ``--max-minutes`` budget kept back from the soak for stopping its server and writing reports.
+BUDGET_RESERVE_S = 120.0
+#: The soak's time bound without a budget (a closed loop sends nothing after it).
+SOAK_MAX_SECONDS = 4 * 3600.0
+#: The soak sends for at least this long, even when the budget is spent (RSS needs some minutes of samples).
+SOAK_MIN_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -110,18 +118,20 @@ QUICK_PLAN = Plan(
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="bertonnx bench-serve",
-        description="Benchmark `bertonnx serve` under load (closed and open loops, overload, soak) against "
-        "offline BertOnnx on the same requests.",
-    )
+def _arguments(p: ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="DIR", type=Path, help="directory written by `bertonnx export`")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16 (default both)")
     p.add_argument("--threads", type=int, default=None, help="server and offline intra-op threads (default: cores)")
     p.add_argument("--quick", action="store_true", help="CI mode: few requests per point, a 400-request soak")
     p.add_argument("--soak-requests", type=int, help=f"soak requests (default {FULL_PLAN.soak_requests})")
+    p.add_argument(
+        "--max-minutes",
+        type=float,
+        help="time budget of the whole run: the soak stops sending when it is spent (the report says how many of "
+        "its requests ran), and a precision is not started when the last one's sections before its soak would not "
+        "fit (default: no budget)",
+    )
     p.add_argument("--seed", type=int, default=DEFAULT_CORPUS_SEED, help="seeds the corpus and the requests")
     p.add_argument("--client", choices=("aiohttp", "httpx"), default="aiohttp", help="the generator's HTTP client")
     p.add_argument(
@@ -140,7 +150,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=",".join(SECTIONS),
         help=f"comma-separated subset of {', '.join(SECTIONS)} (default all; closed is needed by open and overload)",
     )
-    return p
 
 
 # -- one precision --------------------------------------------------------------------------------------
@@ -149,11 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
 class Bench:
     """The state of one precision's run: its requests, work directory, and what each section measured."""
 
-    def __init__(self, args: argparse.Namespace, plan: Plan, precision: str, work: Path, threads: int) -> None:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        plan: Plan,
+        precision: str,
+        work: Path,
+        threads: int,
+        deadline: float | None = None,
+    ) -> None:
         from bertonnx.manifest import read_manifest
         from bertonnx.tokenizer import TextTokenizer
 
         self.args, self.plan, self.precision, self.work, self.threads = args, plan, precision, work, threads
+        self.deadline = deadline  # time.monotonic() by which the run should be done (--max-minutes)
         self.variant = PRECISIONS[precision]
         manifest = read_manifest(args.model_dir)
         tokenizer = TextTokenizer(manifest.directory / "tokenizer.json", manifest.max_position_embeddings)
@@ -381,21 +399,28 @@ class Bench:
 
     def soak(self) -> None:
         plan = self.plan
-        progress(
-            f"{self.precision}: soak, {plan.soak_requests} one-input requests at concurrency {plan.soak_concurrency}"
-        )
         server = self.server("soak")
         server.sampler.interval = plan.soak_sample_s
         try:
             self.warm(server)
+            max_seconds = SOAK_MAX_SECONDS
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic() - BUDGET_RESERVE_S
+                max_seconds = min(max_seconds, max(SOAK_MIN_SECONDS, left))
+            progress(
+                f"{self.precision}: soak, {plan.soak_requests} one-input requests at concurrency "
+                f"{plan.soak_concurrency}, sending for at most {max_seconds / 60:.1f} min"
+            )
             phase = {"name": "soak", "mode": "closed", "file": "soak", "start": 0, "count": plan.soak_requests,
-                     "concurrency": plan.soak_concurrency, "max_seconds": 4 * 3600}  # fmt: skip
+                     "concurrency": plan.soak_concurrency, "max_seconds": max_seconds}  # fmt: skip
             summary, out = self.point(server, "soak", phase, check=False, streams={"soak": "soak"})
             samples = [s for s in server.sampler.samples if summary["start"] <= s[0] <= summary["end"]]
         finally:
             exit_code = server.stop()
         self.result["soak"] = {
             **summary,
+            "planned_requests": plan.soak_requests,
+            "max_seconds": max_seconds,
             "exit_code": exit_code,
             **rss_growth(out["records"], samples, summary["start"]),
         }
@@ -403,6 +428,7 @@ class Bench:
     def run(self) -> dict[str, Any]:
         sections = set(self.args.sections.split(","))
         started = time.monotonic()
+        soak_started = None
         if "offline" in sections:
             self.offline()
         if sections & {"closed", "open", "overload"}:
@@ -420,9 +446,11 @@ class Bench:
         if "batching-off" in sections:
             self.batching_off()
         if "soak" in sections:
+            soak_started = time.monotonic()
             self.soak()
         self.result["checks"] = self.checks
         self.result["duration_s"] = time.monotonic() - started
+        self.result["before_soak_s"] = (soak_started or time.monotonic()) - started
         return self.result
 
 
@@ -478,10 +506,8 @@ def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
-def command_line(argv: Sequence[str] | None) -> str:
+def command_line() -> str:
     """The command as typed: ``python -m PACKAGE ...`` when run as a module, else the program's name."""
-    if argv is not None:
-        return shlex.join(["bertonnx", "bench-serve", *argv])
     program = f"python -m {PACKAGE}" if sys.argv[0].endswith("__main__.py") else os.path.basename(sys.argv[0])
     return f"{program} {shlex.join(sys.argv[1:])}"
 
@@ -493,8 +519,7 @@ def progress(message: str) -> None:
 # -- the run --------------------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+def _run(args: argparse.Namespace) -> int:
     from bertonnx.manifest import read_manifest
     from bertonnx.options import physical_cores
 
@@ -510,8 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(str(exc)) from exc
     plan = QUICK_PLAN if args.quick else FULL_PLAN
     if args.soak_requests is not None:
         plan = replace(plan, soak_requests=args.soak_requests)
@@ -521,12 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise TypeError("expected a JSON object of Plan fields")
         plan = replace(plan, **{key: _tupled(value) for key, value in overrides.items()})
     except (ValueError, TypeError) as exc:
-        print(f"error: --plan: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(f"--plan: {exc}") from exc
     threads = args.threads or physical_cores()
+    if args.max_minutes is not None and args.max_minutes <= 0:
+        raise CommandError(f"--max-minutes must be > 0, got {args.max_minutes:g}")
     started, wall = now_utc(), time.monotonic()
+    deadline = None if args.max_minutes is None else wall + 60 * args.max_minutes
     results: dict[str, Any] = {
-        "command": command_line(argv),
+        "command": command_line(),
         "started": started,
         "quick": args.quick,
         "machine": cpu_facts(),
@@ -540,6 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "plan": asdict(plan),
         "server_args": args.server_args,
+        "max_minutes": args.max_minutes,
         "precisions": {},
     }
     results["precisions_requested"] = precisions
@@ -547,10 +574,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .targets import evaluate
 
     with tempfile.TemporaryDirectory(prefix="bertonnx-bench-serve-") as tmp:
+        needed = 0.0  # seconds the next precision needs at least: the last one's sections before its soak
         for precision in precisions:
+            if deadline is not None and time.monotonic() + needed + SOAK_MIN_SECONDS + BUDGET_RESERVE_S > deadline:
+                progress(f"{precision}: not run, the --max-minutes budget would not hold it")
+                continue
             work = Path(tmp) / precision
             work.mkdir()
-            results["precisions"][precision] = Bench(args, plan, precision, work, threads).run()
+            results["precisions"][precision] = Bench(args, plan, precision, work, threads, deadline).run()
+            needed = results["precisions"][precision]["before_soak_s"]
             # the reports after each precision: a run stopped during the next keeps what it measured
             results["duration_s"] = time.monotonic() - wall
             results["targets"] = evaluate(results)
@@ -558,3 +590,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [c for r in results["precisions"].values() for c in r["checks"] if c["failed"]]
     progress(f"done in {results['duration_s'] / 60:.1f} min; wrote {args.out}")
     return EXIT_INCORRECT if failed else EXIT_OK
+
+
+BENCH_SERVE_COMMAND = Command(
+    "bench-serve",
+    "serving benchmark: bertonnx serve under load, overload and a soak, against offline embed",
+    _arguments,
+    _run,
+    extra="bench",
+    description="Benchmark `bertonnx serve` under load (closed and open loops, overload, soak) against "
+    "offline BertOnnx on the same requests.",
+    epilog="exit codes: 0 every checked answer right, 2 bad usage, 3 an answer differed from offline",
+)
+
+
+def build_parser() -> ArgumentParser:
+    """The ``bertonnx bench-serve`` parser."""
+    return BENCH_SERVE_COMMAND.parser()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``bertonnx bench-serve`` and ``python -m benchmarks.serve``."""
+    return run_command(BENCH_SERVE_COMMAND, argv)

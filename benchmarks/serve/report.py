@@ -155,6 +155,7 @@ def precision_section(name: str, run: dict[str, Any]) -> list[str]:
         lines += [
             "### Soak",
             "",
+            *_soak_cut(soak),
             f"{soak['ok']:,} of {soak['sent']:,} one-input requests answered 200 ({_codes(soak)} errors) in "
             f"{soak['elapsed_s'] / 60:.1f} min at {_n(soak['requests_per_s'])} requests/s; RSS "
             f"{_n(soak['rss_mb_after_warmup'], 0)} MB after warm-up (first 10 % of requests, "
@@ -179,12 +180,25 @@ def precision_section(name: str, run: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _soak_cut(soak: dict[str, Any]) -> list[str]:
+    """A line when the soak sent fewer requests than planned (stopped by its time bound, ``--max-minutes``)."""
+    planned = soak.get("planned_requests")
+    if planned is None or soak["sent"] >= planned:
+        return []
+    return [
+        f"**Shortened:** {soak['sent']:,} of the {planned:,} planned requests were sent: the soak stops sending "
+        f"after {soak['max_seconds'] / 60:.1f} min (what the run's `--max-minutes` budget left it).",
+        "",
+    ]
+
+
 def _unfinished(results: dict[str, Any]) -> list[str]:
     """A line naming the requested precisions the run has not measured (yet, or ever, if it was stopped)."""
     missing = [p for p in results.get("precisions_requested", []) if p not in results["precisions"]]
     if not missing:
         return []
-    return [f"Not measured in this run (requested, but the run stopped or is still going): {', '.join(missing)}.", ""]
+    why = "the `--max-minutes` budget would not hold it" if results.get("max_minutes") else "the run stopped first"
+    return [f"Requested but not measured in this run: {', '.join(missing)} ({why}).", ""]
 
 
 def markdown(results: dict[str, Any], plots: bool) -> str:
