@@ -44,7 +44,7 @@ from .workload import build_requests, probe_request, write_requests
 EXIT_OK, EXIT_INCORRECT = 0, 3
 PRECISIONS = {"fp32": "fp32", "bf16": "bf16"}
 SECTIONS = ("offline", "closed", "open", "overload", "batching-off", "soak")
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "out" / "serve"
+DEFAULT_OUT = Path("bertonnx-bench-serve")
 PACKAGE = __package__ or "benchmarks.serve"
 #: Tolerances of a server answer against the offline one for the same input (batching may differ).
 FP32_MAX_ABS = 1e-4
@@ -120,7 +120,9 @@ QUICK_PLAN = Plan(
 
 def _arguments(p: ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="DIR", type=Path, help="directory written by `bertonnx export`")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    p.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}, created if missing)"
+    )
     p.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16 (default both)")
     p.add_argument("--threads", type=int, default=None, help="server and offline intra-op threads (default: cores)")
     p.add_argument("--quick", action="store_true", help="CI mode: few requests per point, a 400-request soak")

@@ -87,6 +87,13 @@ def targets_table(results: dict[str, Any]) -> list[str]:
 def precision_section(name: str, run: dict[str, Any]) -> list[str]:
     lines = [f"## {name}", ""]
     offline = run.get("offline")
+    computed = offline["precision"] if offline else run.get("server", {}).get("info", {}).get("precision")
+    if name == "bf16" and computed == "f32":
+        lines += [
+            "**`bf16` computes in f32 on this CPU**: it has no AVX512-BF16 or AMX, so OpenVINO runs the `bf16` "
+            "variant's graph in f32; these figures are OpenVINO f32, not bf16.",
+            "",
+        ]
     if offline:
         c, s = offline["ceiling"], offline["single"]
         lines += [
