@@ -1,4 +1,5 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), export, parity, bench.
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), export, parity, bench,
+bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
 :func:`bertonnx.command.run_command`: options may come anywhere, and every expected failure is one line
@@ -350,6 +351,7 @@ COMMANDS: dict[str, Command | Delegate | str] = {
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
+    "bench-serve": "bertonnx_benchmarks.serve.cli:BENCH_SERVE_COMMAND",
     # the server's parser lives beside the server, which needs the serve extra to import
     "serve": Delegate(
         "serve",

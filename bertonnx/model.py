@@ -29,6 +29,7 @@ from .batching import (
 from .errors import ModelDirectoryError, RandomWeightsWarning
 from .manifest import (
     INPUT_NAMES,
+    ONNXRUNTIME_BACKEND,
     OUTPUT_NAMES,
     TOKENIZER_FILE,
     VARIANT_BACKENDS,
@@ -38,7 +39,7 @@ from .manifest import (
 )
 from .options import RuntimeOptions
 from .outputs import POOLING_MODES, BertOutput, Tokenized, is_next_probability, pool, pooling_outputs
-from .session import open_variant_session
+from .session import open_variant_session, release_freed_memory, run_options
 from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -182,6 +183,7 @@ class BertOnnx:
         #: The precision of the matrix products: ``f32``, ``int8``, or ``bf16`` (which needs a CPU with
         #: AVX512-BF16 or AMX; OpenVINO computes in ``f32`` elsewhere, and this then says ``f32``).
         self.precision: str = getattr(self.session, "inference_precision", "int8" if variant == "int8" else "f32")
+        self._run_options = run_options(options) if self.backend == ONNXRUNTIME_BACKEND else None
         self._input_names = [i.name for i in self.session.get_inputs()]
         output_names = [o.name for o in self.session.get_outputs()]
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
@@ -298,7 +300,9 @@ class BertOnnx:
         if unknown:
             raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(OUTPUT_NAMES)}")
         feeds = {name: getattr(batch, name) for name in self._input_names}
-        values = self.session.run(list(outputs), feeds)
+        values = self.session.run(list(outputs), feeds, self._run_options)
+        if self.options.release_memory:
+            release_freed_memory()
         return dict(zip(outputs, values, strict=True))
 
     # -- calls ----------------------------------------------------------------------------------------

@@ -102,8 +102,13 @@ class OpenVinoSession:
         """The graph outputs, in graph order."""
         return list(self._outputs)
 
-    def run(self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """Run one batch; return the named outputs (all outputs for ``None``) as fresh numpy arrays."""
+    def run(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray], run_options: object = None
+    ) -> list[np.ndarray]:
+        """Run one batch; return the named outputs (all outputs for ``None``) as fresh numpy arrays.
+
+        ``run_options`` (onnxruntime's) is accepted for the same signature and not used.
+        """
         names = [o.name for o in self._outputs] if output_names is None else list(output_names)
         try:
             request = self._idle.get_nowait()

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +14,7 @@ import onnxruntime as ort
 
 from .options import RuntimeOptions
 
-__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "build_session", "open_variant_session"]
+__all__ = ["GRAPH_OPTIMIZATION_LEVELS", "build_session", "open_variant_session", "release_freed_memory", "run_options"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
 GRAPH_OPTIMIZATION_LEVELS = {
@@ -33,6 +37,38 @@ def build_session(path: Path, options: RuntimeOptions) -> ort.InferenceSession:
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if options.allow_spinning else "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "1" if options.allow_spinning else "0")
     return ort.InferenceSession(str(path), sess_options=so, providers=[CPU_PROVIDER])
+
+
+def run_options(options: RuntimeOptions) -> ort.RunOptions | None:
+    """The onnxruntime run options every ``session.run`` gets (``None`` when the defaults do)."""
+    if not options.arena_shrinkage:
+        return None
+    run = ort.RunOptions()
+    run.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return run
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to call
+        return None
+    return trim
+
+
+def release_freed_memory() -> bool:
+    """Return the heap's free pages to the operating system (glibc ``malloc_trim(0)``).
+
+    Returns:
+        Whether it could be done (``False`` where the C library has no ``malloc_trim``).
+    """
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 def open_variant_session(path: Path, variant: str, options: RuntimeOptions) -> Any:

@@ -22,7 +22,7 @@ from bertonnx.serve.errors import ServeError
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
-from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, select_batch
+from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
 
 ATOL = 1e-5
 
@@ -195,6 +195,45 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_answers() -> None:
     run(scenario())
 
 
+def test_oldest_requests_keeps_the_inputs_of_the_first_requests_in_queue_order() -> None:
+    a, b, c = object(), object(), object()
+    tickets = [a, b, a, c, b, c]
+    assert oldest_requests(tickets, None) == [0, 1, 2, 3, 4, 5]
+    assert oldest_requests(tickets, 1) == [0, 2]
+    assert oldest_requests(tickets, 2) == [0, 1, 2, 4]
+    assert oldest_requests(tickets, 3) == [0, 1, 2, 3, 4, 5]
+    assert oldest_requests([], 1) == []
+
+
+@pytest.mark.parametrize(
+    ("max_batch_requests", "expected"), [(1, [[3, 4], [7, 8], [11, 12]]), (2, [[3, 4, 7, 8], [11, 12]])]
+)
+def test_max_batch_requests_caps_the_requests_one_batch_serves(
+    max_batch_requests: int, expected: list[list[int]]
+) -> None:
+    async def scenario() -> None:
+        recorder, metrics = Recorder(), ServeMetrics()
+        scheduler = Scheduler(
+            recorder,
+            BatchLimits(),
+            max_queue=100,
+            batch_wait_s=0.2,
+            max_batch_requests=max_batch_requests,
+            metrics=metrics,
+        )
+        scheduler.start()
+        tickets = [scheduler.submit([work(n), work(n + 1)], deadline=1e12) for n in (3, 7, 11)]
+        answers = await asyncio.gather(*(t.future for t in tickets))
+        await scheduler.stop()
+        assert answers == [[3, 4], [7, 8], [11, 12]]
+        assert [sorted(batch) for batch in recorder.batches] == expected
+        runs = metrics.registry.get_sample_value("bertonnx_batch_requests_count")
+        assert runs == len(expected)
+        assert metrics.registry.get_sample_value("bertonnx_batch_requests_sum") == 3
+
+    run(scenario())
+
+
 def test_cancelled_and_expired_inputs_are_dropped_not_computed() -> None:
     async def scenario() -> None:
         recorder, metrics = Recorder(), ServeMetrics()
@@ -225,7 +264,7 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=4, batch_wait_s=5.0)
         scheduler.start()
         scheduler.submit([work(3)] * 3, deadline=1e12)
-        with pytest.raises(QueueFull, match=r"3 inputs are queued \(max_queue 4\)") as full:
+        with pytest.raises(QueueFull, match=r"3 inputs waiting, --max-queue 4") as full:
             scheduler.submit([work(3)] * 2, deadline=1e12)
         assert full.value.retry_after == 1  # nothing has run yet
         scheduler._recent.extend([(10, 2.0), (10, 2.0)])  # 5 inputs/s measured
@@ -235,6 +274,36 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         await scheduler.stop()
 
     run(scenario())
+
+
+def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
+    async def scenario() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=2.0)
+        scheduler.start()
+        scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
+        assert scheduler.queued_seconds() is None
+        scheduler._recent_tokens.extend([(500, 1.0), (1500, 1.0)])  # 1000 tokens/s measured
+        assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
+        scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
+        with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, --max-queue-wait 2 s"):
+            scheduler.submit([work(400), work(400)], deadline=1e12)  # 2.1 s
+        with pytest.raises(QueueFull) as full:
+            scheduler.submit([work(500)] * 8, deadline=1e12)  # 5.3 s: retry once 3.3 s have drained
+        assert full.value.retry_after == 4
+        scheduler.submit([work(100)] * 7, deadline=1e12)  # 2.0 s: still within
+        await scheduler.stop()
+
+    async def empty_queue() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=0.1)
+        scheduler.start()
+        scheduler._recent_tokens.append((10, 1.0))  # 10 tokens/s: one 512-token input is 51 s of work
+        scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
+        with pytest.raises(QueueFull, match=r"--max-queue-wait 0\.1 s"):
+            scheduler.submit([work(2)], deadline=1e12)
+        await scheduler.stop()
+
+    run(scenario())
+    run(empty_queue())
 
 
 def test_stop_answers_queued_requests_with_503() -> None:
@@ -289,6 +358,18 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(max_batch_tokens=0)
     with pytest.raises(ValueError, match="api_key must be a non-empty str"):
         ServeOptions(api_key="")
+    assert ServeOptions().max_queue_wait == 20.0
+    assert ServeOptions(max_queue_wait=None).max_queue_wait is None
+    with pytest.raises(ValueError, match=r"max_queue_wait must be > 0 seconds or None \(no limit\), got 0"):
+        ServeOptions(max_queue_wait=0)
+    with pytest.raises(TypeError, match="max_queue_wait must be a number or None"):
+        ServeOptions(max_queue_wait="5")  # type: ignore[arg-type]
+    assert ServeOptions().max_batch_requests is None
+    assert ServeOptions(max_batch_requests=1).max_batch_requests == 1
+    with pytest.raises(ValueError, match=r"max_batch_requests must be >= 1 \(1: one request per engine run\)"):
+        ServeOptions(max_batch_requests=0)
+    with pytest.raises(TypeError, match="max_batch_requests must be an int or None"):
+        ServeOptions(max_batch_requests=2.0)  # type: ignore[arg-type]
 
 
 def test_protocol_pooling_lists_the_runtime_modes() -> None:

@@ -112,6 +112,8 @@ class ServerState:
                 self.options.limits,
                 max_queue=self.options.max_queue,
                 batch_wait_s=self.options.batch_wait_s,
+                max_batch_requests=self.options.max_batch_requests,
+                max_queue_wait=self.options.max_queue_wait,
                 metrics=self.metrics,
             )
             scheduler.start()
@@ -238,8 +240,7 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
         ticket = scheduler.submit(works, deadline)
     except QueueFull as full:
         raise ServeError(
-            f"the queue is full ({full.queued} inputs waiting, --max-queue {full.max_queue}); retry after "
-            f"{full.retry_after} s or send fewer inputs",
+            f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
             "overloaded",
             {"Retry-After": str(full.retry_after)},
         ) from None
@@ -315,6 +316,7 @@ def create_app(
     variant: str = DEFAULT_VARIANT,
     threads: int | None = None,
     spinning: bool = False,
+    keep_memory: bool = False,
 ) -> FastAPI:
     """Build the server's ASGI application.
 
@@ -327,6 +329,11 @@ def create_app(
         spinning: let idle onnxruntime threads spin (ignored for a loaded model). Off by default: the
             event loop and tokenization share the cores, and spinning threads take them (measured on
             the 2-core machine under load: one 12-token request 108 ms with spinning, 75 ms without).
+        keep_memory: keep onnxruntime's memory arena and the heap's freed pages between engine runs (ignored
+            for a loaded model). Off by default: after each run the arena shrinks and free pages go back to the
+            system (:attr:`bertonnx.RuntimeOptions.arena_shrinkage`, ``release_memory``), so RSS follows the
+            batch being computed instead of growing with every new batch shape (benchmarks/SERVING.md: the
+            soak's RSS with and without).
 
     Returns:
         A FastAPI app; its lifespan loads and warms up the model and runs the scheduler. Its
@@ -348,7 +355,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = RuntimeOptions(threads=threads, allow_spinning=spinning)
+        runtime = RuntimeOptions(
+            threads=threads, allow_spinning=spinning, arena_shrinkage=not keep_memory, release_memory=not keep_memory
+        )
         loader = asyncio.create_task(state.load(model, variant, runtime), name="bertonnx-load")
         try:
             yield
@@ -640,11 +649,17 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                 "max_input_length": model.max_length,
                 "pooling": options.pooling,
                 "threads": model.options.intra_op_threads,
+                "memory": {
+                    "arena_shrinkage": model.options.arena_shrinkage,
+                    "release_memory": model.options.release_memory,
+                },
                 "limits": {
                     "max_batch_tokens": options.max_batch_tokens,
                     "max_batch_size": options.max_batch_size,
+                    "max_batch_requests": options.max_batch_requests,
                     "max_client_batch_size": options.max_client_batch_size,
                     "max_queue": options.max_queue,
+                    "max_queue_wait": options.max_queue_wait,
                     "batch_wait_ms": options.batch_wait_ms,
                     "payload_limit": options.payload_limit,
                     "request_timeout": options.request_timeout,

@@ -17,8 +17,10 @@ from ..outputs import POOLING_MODES
 __all__ = [
     "DEFAULT_BATCH_WAIT_MS",
     "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_MAX_BATCH_REQUESTS",
     "DEFAULT_MAX_CLIENT_BATCH_SIZE",
     "DEFAULT_MAX_QUEUE",
+    "DEFAULT_MAX_QUEUE_WAIT_S",
     "DEFAULT_PAYLOAD_LIMIT",
     "DEFAULT_POOLING",
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -32,6 +34,13 @@ DEFAULT_PAYLOAD_LIMIT = 2_000_000
 #: Inputs waiting for the engine at most; past it requests get 429. bert-base fp32 runs roughly 100 short
 #: inputs a second on 2 cores, so a full queue is about ten seconds of work.
 DEFAULT_MAX_QUEUE = 1024
+#: Seconds of work the queue may hold (estimated from the tokens queued and recent seconds per token); past it
+#: requests get 429. Counting inputs alone misjudges the work by the inputs' lengths: on the 2-core machine
+#: the default 1024 inputs of the serving benchmark's mixed corpus are about a minute of bert-base fp32 work,
+#: so overload answered 504 after the request timeout instead of 429 at once (benchmarks/SERVING.md).
+DEFAULT_MAX_QUEUE_WAIT_S: float | None = 20.0
+#: Requests whose inputs may share one engine run (``None``: any number; 1 turns batching across requests off).
+DEFAULT_MAX_BATCH_REQUESTS: int | None = None
 #: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
 DEFAULT_BATCH_WAIT_MS = 0.0
 #: Seconds a request may take from arrival to answer before it gets 504 (its queued inputs are dropped).
@@ -49,9 +58,15 @@ class ServeOptions:
     Attributes:
         max_batch_tokens: padded tokens per engine run (longest input × inputs), as offline.
         max_batch_size: inputs per engine run.
+        max_batch_requests: requests whose inputs may share one engine run, the oldest queued first
+            (``None``: no limit; 1: one request per run, batching across requests off, as TEI's
+            ``--max-batch-requests 1``).
         max_client_batch_size: inputs one request may carry; more gives 413.
         max_queue: inputs waiting for the engine at most; a request that would pass it gets 429.
             At least ``max_client_batch_size``, so every admissible request can be queued.
+        max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued (and computing)
+            and the seconds per token of recent batches; a request that would pass it gets 429 with
+            ``Retry-After`` (``None``: no limit). A request is always taken when nothing is queued.
         batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
             (0: continuous batching, a batch starts as soon as the engine is free).
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
@@ -71,8 +86,10 @@ class ServeOptions:
 
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    max_batch_requests: int | None = DEFAULT_MAX_BATCH_REQUESTS
     max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE
     max_queue: int = DEFAULT_MAX_QUEUE
+    max_queue_wait: float | None = DEFAULT_MAX_QUEUE_WAIT_S
     batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS
     payload_limit: int = DEFAULT_PAYLOAD_LIMIT
     auto_truncate: bool = False
@@ -89,6 +106,21 @@ class ServeOptions:
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.max_batch_requests is not None:
+            if isinstance(self.max_batch_requests, bool) or not isinstance(self.max_batch_requests, int):
+                raise TypeError(
+                    f"max_batch_requests must be an int or None, got {type(self.max_batch_requests).__name__}"
+                )
+            if self.max_batch_requests < 1:
+                raise ValueError(
+                    f"max_batch_requests must be >= 1 (1: one request per engine run) or None (no limit), "
+                    f"got {self.max_batch_requests}"
+                )
+        if self.max_queue_wait is not None:
+            if isinstance(self.max_queue_wait, bool) or not isinstance(self.max_queue_wait, (int, float)):
+                raise TypeError(f"max_queue_wait must be a number or None, got {type(self.max_queue_wait).__name__}")
+            if not self.max_queue_wait > 0:
+                raise ValueError(f"max_queue_wait must be > 0 seconds or None (no limit), got {self.max_queue_wait}")
         BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
         for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
             value = getattr(self, name)

@@ -306,5 +306,6 @@ class InfoResponse(BaseModel):
     max_input_length: int
     pooling: str
     threads: int
+    memory: dict[str, bool]
     limits: dict[str, Any]
     versions: dict[str, str | None]

@@ -22,6 +22,10 @@ queued inputs *closest to it in length*, as many as the budget allows
   to 512); Triton batches only equal shapes; Ray Serve's ``@serve.batch`` takes up to ``max_batch_size``
   requests in arrival order after ``batch_wait_timeout_s``.
 
+``max_batch_requests`` caps how many requests one batch may serve: the batch is then cut from the inputs
+of the oldest ``max_batch_requests`` queued requests only (1: one request per run, batching across
+requests off; the serving benchmark's baseline).
+
 Continuous batching: a batch starts as soon as the engine is free; ``batch_wait_s`` > 0 holds it open
 until the oldest input has waited that long or the batch is full. The engine runs on one thread off the
 event loop (one run at a time: onnxruntime already uses every core through its intra-op threads), so the
@@ -46,7 +50,16 @@ from .engine import Work
 from .errors import ServeError
 from .metrics import DROP_REASONS, ServeMetrics
 
-__all__ = ["RECENT_BATCHES", "Entry", "QueueFull", "Scheduler", "Ticket", "batch_is_full", "select_batch"]
+__all__ = [
+    "RECENT_BATCHES",
+    "Entry",
+    "QueueFull",
+    "Scheduler",
+    "Ticket",
+    "batch_is_full",
+    "oldest_requests",
+    "select_batch",
+]
 
 log = logging.getLogger("bertonnx.serve")
 
@@ -117,11 +130,36 @@ def batch_is_full(lengths: Sequence[int], picks: Sequence[int], limits: BatchLim
     return len(picks) < len(lengths) or not limits.fits(longest, len(picks) + 1)
 
 
-class QueueFull(Exception):
-    """The queue cannot take a request's inputs; ``retry_after`` is the seconds to wait."""
+def oldest_requests(tickets: Sequence[object], max_requests: int | None) -> list[int]:
+    """Indices of the queued inputs that belong to the oldest ``max_requests`` requests.
 
-    def __init__(self, queued: int, max_queue: int, retry_after: int) -> None:
-        super().__init__(f"{queued} inputs are queued (max_queue {max_queue})")
+    Args:
+        tickets: the request of each queued input, oldest input first (any hashable identity).
+        max_requests: how many requests a batch may serve; ``None``: no limit (every index).
+
+    Returns:
+        Indices into ``tickets`` in queue order.
+    """
+    if max_requests is None:
+        return list(range(len(tickets)))
+    chosen: set[int] = set()
+    picks: list[int] = []
+    for index, ticket in enumerate(tickets):
+        key = id(ticket)
+        if key not in chosen:
+            if len(chosen) == max_requests:
+                continue
+            chosen.add(key)
+        picks.append(index)
+    return picks
+
+
+class QueueFull(Exception):
+    """The queue cannot take a request's inputs; ``reason`` names the limit, ``retry_after`` the seconds to wait."""
+
+    def __init__(self, queued: int, max_queue: int, retry_after: int, reason: str | None = None) -> None:
+        self.reason = reason or f"{queued} inputs waiting, --max-queue {max_queue}"
+        super().__init__(self.reason)
         self.queued = queued
         self.max_queue = max_queue
         self.retry_after = retry_after
@@ -165,6 +203,10 @@ class Scheduler:
         limits: the token budget and batch-size cap of one run.
         max_queue: inputs waiting at most; ``submit`` raises :class:`QueueFull` past it.
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
+        max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
+        max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
+            seconds per token of recent batches; a request that would pass it gets :class:`QueueFull`
+            (``None``: no limit; a request is always taken when nothing is queued).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
 
@@ -175,16 +217,21 @@ class Scheduler:
         *,
         max_queue: int,
         batch_wait_s: float = 0.0,
+        max_batch_requests: int | None = None,
+        max_queue_wait: float | None = None,
         metrics: ServeMetrics | None = None,
     ) -> None:
         self._run_batch = run_batch
         self.limits = limits
         self.max_queue = max_queue
         self.batch_wait_s = batch_wait_s
+        self.max_batch_requests = max_batch_requests
+        self.max_queue_wait = max_queue_wait
         self.metrics = metrics
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self._recent_tokens: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: list[Entry] = []
@@ -229,10 +276,19 @@ class Scheduler:
             deadline: ``time.monotonic()`` after which its inputs are dropped instead of computed.
 
         Raises:
-            QueueFull: the queue cannot take ``len(works)`` more inputs.
+            QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
+                queued with them would take longer than ``max_queue_wait`` seconds.
         """
         if self.queued + len(works) > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
+        wait = self.queued_seconds(sum(len(work.ids) for work in works))
+        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {wait:.0f} s of work queued with this request, --max-queue-wait {self.max_queue_wait:g} s",
+            )
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -268,6 +324,16 @@ class Scheduler:
             return DEFAULT_RETRY_AFTER_S
         return max(1, math.ceil((self.queued + extra) * seconds / inputs))
 
+    def queued_seconds(self, extra_tokens: int = 0) -> float | None:
+        """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
+        the seconds per token of recent batches (``None`` before the first batch)."""
+        tokens = sum(count for count, _ in self._recent_tokens)
+        seconds = sum(elapsed for _, elapsed in self._recent_tokens)
+        if not tokens or seconds <= 0:
+            return None
+        pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
+        return (pending + extra_tokens) * seconds / tokens
+
     # -- the loop -------------------------------------------------------------------------------------
 
     def _set_depth(self) -> None:
@@ -279,10 +345,17 @@ class Scheduler:
             self._wakeup.clear()
             await self._wakeup.wait()
 
+    def _candidates(self) -> list[int]:
+        """Indices of the queued inputs the next batch may take (those of the oldest requests it may serve)."""
+        return oldest_requests([entry.ticket for entry in self._queue], self.max_batch_requests)
+
     async def _hold(self) -> None:
         """With ``batch_wait_s``: wait until the oldest input has waited that long or the batch is full."""
         while self._queue:
-            lengths = [entry.length for entry in self._queue]
+            candidates = self._candidates()
+            if len(candidates) < len(self._queue):
+                return  # the batch already serves as many requests as it may
+            lengths = [self._queue[i].length for i in candidates]
             if batch_is_full(lengths, select_batch(lengths, self.limits), self.limits):
                 return
             remaining = self._queue[0].enqueued + self.batch_wait_s - time.monotonic()
@@ -299,7 +372,8 @@ class Scheduler:
             self.cancel(ticket, "timeout")
         if not self._queue:
             return []
-        picks = select_batch([entry.length for entry in self._queue], self.limits)
+        candidates = self._candidates()
+        picks = [candidates[i] for i in select_batch([self._queue[i].length for i in candidates], self.limits)]
         chosen = set(picks)
         batch = [self._queue[i] for i in sorted(picks)]
         self._queue = [entry for i, entry in enumerate(self._queue) if i not in chosen]
@@ -330,6 +404,7 @@ class Scheduler:
                 self._running = []
             elapsed = time.monotonic() - started
             self._recent.append((len(batch), elapsed))
+            self._recent_tokens.append((sum(entry.length for entry in batch), elapsed))
             self._record(batch, started, elapsed)
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket
