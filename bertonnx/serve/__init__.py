@@ -9,7 +9,8 @@ dependencies (FastAPI, uvicorn, pydantic, prometheus-client).
 Modules, in the order a request passes them: :mod:`.middleware` (accounting, auth, body limit),
 :mod:`.app` (routes) with :mod:`.protocol` (bodies) and :mod:`.kserve` (tensors), :mod:`.scheduler`
 (queue and batches), :mod:`.engine` (one run on ``BertOnnx``); around them :mod:`.options`,
-:mod:`.errors`, :mod:`.metrics`, :mod:`.server` (uvicorn, draining) and :mod:`.cli`.
+:mod:`.errors`, :mod:`.metrics`, :mod:`.server` (uvicorn, draining), :mod:`.arguments` and :mod:`.cli`
+(:mod:`.ray_serve`: the same app as Ray Serve replicas).
 """
 
 from __future__ import annotations

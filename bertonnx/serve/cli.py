@@ -1,4 +1,4 @@
-"""``bertonnx serve DIR [options]``: its own parser (options anywhere on the line), then the server.
+"""``bertonnx serve DIR [options]``: its parser (:mod:`.arguments`, options anywhere), then the server.
 
 The directory and variant are checked before the port is bound (a typo exits 2 at once, naming the
 fix); loading and warm-up then run behind the bound port, reported by ``/ready``.
@@ -6,100 +6,20 @@ fix); loading and warm-up then run behind the bound port, reported by ``/ready``
 
 from __future__ import annotations
 
-import argparse
-import os
 import socket
 import sys
 from collections.abc import Sequence
 
-from ..command import ArgumentParser
 from ..errors import ModelDirectoryError
-from ..manifest import VARIANT_FILES, read_manifest
-from ..model import DEFAULT_VARIANT
-from ..outputs import POOLING_MODES
+from ..manifest import read_manifest
 from .app import create_app
+from .arguments import build_parser
 from .options import ServeOptions
-from .server import DEFAULT_HOST, DEFAULT_PORT, run_server
+from .server import DEFAULT_HOST, run_server
 
-__all__ = ["API_KEY_ENV", "build_parser", "main"]
+__all__ = ["check_listen_address", "main"]
 
 EXIT_USAGE = 2
-#: Read when --api-key is not given, so the key need not appear in the process list.
-API_KEY_ENV = "BERTONNX_API_KEY"
-#: ``--flag`` (a ``ServeOptions`` field, whose default it shows), type, help.
-NUMERIC_OPTIONS: tuple[tuple[str, type, str], ...] = (
-    ("--max-batch-tokens", int, "padded tokens (longest x inputs) per engine run"),
-    ("--max-batch-size", int, "inputs per engine run"),
-    ("--max-client-batch-size", int, "inputs per request; more gives 413"),
-    ("--max-queue", int, "inputs waiting for the engine; past it requests get 429"),
-    ("--batch-wait-ms", float, "hold a batch open this long for more inputs once the engine is free"),
-    ("--payload-limit", int, "request body bytes; more gives 413"),
-    ("--request-timeout", float, "seconds from arrival to answer; past it 504 and queued inputs are dropped"),
-    ("--drain-timeout", float, "seconds SIGTERM/SIGINT waits for accepted requests before exiting"),
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    defaults = ServeOptions()
-    p = ArgumentParser(
-        prog="bertonnx serve",
-        description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
-        "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
-    )
-    p.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    p.add_argument("--variant", default=DEFAULT_VARIANT, help=f"one of {', '.join(VARIANT_FILES)} (default fp32)")
-    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: loopback only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: physical cores)")
-    p.add_argument(
-        "--spinning",
-        action="store_true",
-        help="let idle onnxruntime threads spin between runs (off: they would take cores from the event loop)",
-    )
-    p.add_argument(
-        "--keep-memory",
-        action="store_true",
-        help="keep onnxruntime's memory arena and freed heap pages between engine runs (a little faster; RSS grows "
-        "with every new batch shape; off: the arena shrinks and free pages go back to the system after each run)",
-    )
-    p.add_argument(
-        "--max-batch-requests",
-        type=int,
-        default=defaults.max_batch_requests,
-        help="requests whose inputs may share one engine run, the oldest first (default: no limit; 1: one "
-        "request per run, batching across requests off)",
-    )
-    p.add_argument(
-        "--max-queue-wait",
-        type=float,
-        default=defaults.max_queue_wait or 0.0,
-        help="seconds of work (estimated from queued tokens and recent throughput) the queue may hold; past it "
-        f"requests get 429 (default {defaults.max_queue_wait or 0:g}; 0: no limit)",
-    )
-    for flag, kind, text in NUMERIC_OPTIONS:
-        default = getattr(defaults, flag[2:].replace("-", "_"))
-        shown = f"{default:g}" if kind is float else str(default)
-        p.add_argument(flag, type=kind, default=default, help=f"{text} (default {shown})")
-    p.add_argument(
-        "--auto-truncate",
-        action="store_true",
-        help="truncate inputs over 512 tokens when a request does not say (default: 422 naming the input)",
-    )
-    p.add_argument(
-        "--api-key",
-        default=os.environ.get(API_KEY_ENV),
-        help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; unset: no auth)",
-    )
-    p.add_argument(
-        "--pooling",
-        choices=POOLING_MODES,
-        default=defaults.pooling,
-        help=f"pooling when a request names none (default {defaults.pooling})",
-    )
-    p.add_argument("--model-name", default=None, help="name in KServe routes and answers (default: DIR's name)")
-    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
-    p.add_argument("--access-log", action="store_true", help="log every request (off by default: it costs throughput)")
-    return p
 
 
 def check_listen_address(host: str, port: int) -> None:

@@ -147,7 +147,7 @@ def _ray_argv(argv: list[str]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """``bertonnx serve``'s parser plus the Ray options."""
-    from .cli import build_parser as serve_parser
+    from .arguments import build_parser as serve_parser
 
     parser: argparse.ArgumentParser = serve_parser()
     ray = parser.add_argument_group("Ray Serve")
