@@ -46,7 +46,7 @@ from .grid import (
     parse_sizes,
 )
 from .machine import cpu_facts, now_utc, versions
-from .report import markdown, plot, write_atomic, write_json
+from .report import markdown, plot, throughput_markdown, write_atomic, write_json
 from .targets import FAST_PATH_VARIANT, FASTEST_LOSSY_VARIANT, evaluate, evaluate_throughput
 from .throughput import (
     MAIN_PASSES,
@@ -85,6 +85,10 @@ RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "latency.p
 FALLBACK_RECHECK_MAX_ABS = 1e-4
 
 
+#: ``--sections``: every section, or the corpus-throughput section alone.
+SECTION_CHOICES = ("all", "throughput")
+
+
 def _bench_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
     parser.add_argument(
@@ -95,6 +99,13 @@ def _bench_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--reference", help="PyTorch reference for a pretrained export (hub id or checkpoint dir)")
     parser.add_argument("--runners", help="comma-separated subset of torch and the variants (default: all)")
+    parser.add_argument(
+        "--sections",
+        choices=SECTION_CHOICES,
+        default="all",
+        help="all (default), or only the corpus-throughput section (its own report, no latency grid; its "
+        "target 3 then needs a full run)",
+    )
     parser.add_argument("--batch", help="batch sizes, e.g. 1,8,32")
     parser.add_argument("--seq", help="sequence lengths, e.g. 16,128,512")
     parser.add_argument("--threads", type=int, help="thread budget of every runner (default: physical cores)")
@@ -340,6 +351,12 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
         },
         "real_weights": None,
     }
+    if args.sections == "throughput":
+        with tempfile.TemporaryDirectory(prefix="bertonnx-bench-") as tmp:
+            workers = Workers(Path(tmp), threads)
+            results["throughput"] = _throughput(workers, directory, variants, threads, settings, real_manifest)
+        results["throughput_targets"] = evaluate_throughput(results)
+        return results, True
     with tempfile.TemporaryDirectory(prefix="bertonnx-bench-") as tmp:
         workdir = Path(tmp)
         workers = Workers(workdir, threads)
@@ -428,17 +445,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
                 probe = probe_bertonnx(directory, runner, files, threads, workers.env)
             progress(f"cold start {runner}: {probe['wall_s']:.2f} s, peak RSS {probe['peak_rss_mb']:.0f} MB")
             cold.append({"runner": runner, **probe})
-        throughput = []
-        if settings["throughput"]["main"]:
-            correct = [name for name in variants if runner_info[name]["correct"]]
-            throughput.append(run_section(workers, directory, correct, threads, *settings["throughput"]["main"]))
-        if real_manifest is not None and settings["throughput"]["real_weights"]:
-            real_dir = real_manifest.directory.resolve()
-            throughput.append(
-                run_section(
-                    workers, real_dir, list(real_manifest.variants), threads, *settings["throughput"]["real_weights"]
-                )
-            )
+        correct = [name for name in variants if runner_info[name]["correct"]]
+        throughput = _throughput(workers, directory, correct, threads, settings, real_manifest)
     results.update(
         runners=runner_info,
         grid=grid,
@@ -454,6 +462,34 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
     return results, all(info["correct"] for info in runner_info.values())
 
 
+def _throughput(
+    workers: Workers,
+    directory: Path,
+    variants: list[str],
+    threads: int,
+    settings: dict[str, Any],
+    real_manifest: Manifest | None,
+) -> list[dict[str, Any]]:
+    """The corpus-throughput sections: ``variants`` of the benchmarked export, then every variant of the
+    real-weights export (each skipped when its size is 0)."""
+    sections = []
+    if settings["throughput"]["main"]:
+        sections.append(run_section(workers, directory, variants, threads, *settings["throughput"]["main"], progress))
+    if real_manifest is not None and settings["throughput"]["real_weights"]:
+        real_dir = real_manifest.directory.resolve()
+        sections.append(
+            run_section(
+                workers,
+                real_dir,
+                list(real_manifest.variants),
+                threads,
+                *settings["throughput"]["real_weights"],
+                progress,
+            )
+        )
+    return sections
+
+
 def _run_bench(args: argparse.Namespace) -> int:
     """Run every section and write the reports; the exit code (module docstring)."""
     out = check_output_dir(args.out, "--out")
@@ -461,12 +497,14 @@ def _run_bench(args: argparse.Namespace) -> int:
         check_output_file(str(args.results_md), "--results-md")
     results, all_correct = run(args)
     write_json(out / RESULTS_JSON, results)
-    text = markdown(results)
+    text = markdown(results) if args.sections == "all" else throughput_markdown(results)
     write_atomic(out / RESULTS_MD, text.encode("utf-8"))
     if args.results_md:
         write_atomic(args.results_md, text.encode("utf-8"))
-    plot(out / RESULTS_PNG, results)
-    progress(f"wrote {out / RESULTS_JSON}, {out / RESULTS_MD}, {out / RESULTS_PNG}")
+    if args.sections == "all":
+        plot(out / RESULTS_PNG, results)
+    plotted = f", {out / RESULTS_PNG}" if args.sections == "all" else ""
+    progress(f"wrote {out / RESULTS_JSON}, {out / RESULTS_MD}{plotted}")
     if not all_correct:
         failed = [name for name, info in results["runners"].items() if not info["correct"]]
         print(f"error: {', '.join(failed)} failed the correctness check; their rows are marked failed", file=sys.stderr)

@@ -121,12 +121,12 @@ def throughput_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """The human-readable report of one run."""
+def _header(results: dict[str, Any]) -> list[str]:
+    """The report's title and the run's facts: model, machine, threads, versions, date and command."""
     machine, model, threads = results["machine"], results["model"], results["threads"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items() if v)
     isa = ", ".join(flag for flag, present in machine["isa_flags"].items() if present) or "none of interest"
-    lines = [
+    return [
         "# bertonnx benchmarks",
         "",
         f"- model: `{model['directory']}` ({model['config']['num_hidden_layers']} layers, hidden "
@@ -137,6 +137,18 @@ def markdown(results: dict[str, Any]) -> str:
         f"inter-op {threads['inter_op']}; each runner in its own fresh process, one after another",
         f"- versions: {versions}",
         f"- date: {results['date']}; command: `{results['command']}`",
+    ]
+
+
+def throughput_markdown(results: dict[str, Any]) -> str:
+    """The report of a ``--sections throughput`` run: the run's facts and the corpus-throughput section."""
+    return "\n".join([*_header(results), *throughput_lines(results)]) + "\n"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The human-readable report of one run."""
+    lines = [
+        *_header(results),
         f"- timing: {results['settings']['plan']} (p50 etc. in ms per `session.run` / forward on pre-built "
         "int64 arrays, no padding)",
         "",

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,9 @@ def task_peer(spec: dict[str, Any]) -> dict[str, Any]:
     manifest = read_manifest(spec["dir"])
     checkpoint = peer_checkpoint(manifest, Path(spec["workdir"]) / f"peer-{manifest.directory.name}")
     transformer = models.Transformer(str(checkpoint), max_seq_length=manifest.max_position_embeddings)
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    # sentence-transformers 5.x renamed get_word_embedding_dimension (the old name warns)
+    dimension = getattr(transformer, "get_embedding_dimension", None) or transformer.get_word_embedding_dimension
+    pooling = models.Pooling(dimension(), pooling_mode="mean")
     model = SentenceTransformer(modules=[transformer, pooling], device="cpu")
     texts = corpus_texts(spec)
 
@@ -137,7 +140,13 @@ def compare(vectors: np.ndarray, reference: np.ndarray) -> dict[str, float]:
 
 
 def run_section(
-    workers: Any, directory: Path, variants: list[str], threads: int, size: int, passes: int
+    workers: Any,
+    directory: Path,
+    variants: list[str],
+    threads: int,
+    size: int,
+    passes: int,
+    progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """Time the peer and every variant on ``size`` texts of the mixed corpus; compare their vectors.
 
@@ -148,9 +157,9 @@ def run_section(
         threads: the thread budget of every runner.
         size: texts in the corpus.
         passes: timed passes per runner.
+        progress: prints one progress line.
     """
     from .corpus import DEFAULT_CORPUS_SEED
-    from .worker import progress
 
     common = {"dir": str(directory), "threads": threads, "size": size, "seed": DEFAULT_CORPUS_SEED, "passes": passes}
     workdir = Path(workers.workdir)

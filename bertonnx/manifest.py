@@ -208,6 +208,11 @@ def read_manifest(model_dir: str | Path) -> Manifest:
     if not isinstance(model_dir, (str, Path)):
         raise TypeError(f"model_dir must be a str or pathlib.Path, got {type(model_dir).__name__}")
     directory = Path(model_dir).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ModelDirectoryError(
+            f"{directory} is a file, not a model directory; point at the directory written by `bertonnx export` "
+            "(the one holding bertonnx.json)"
+        )
     if not directory.is_dir():
         raise ModelDirectoryError(
             f"model directory {directory} does not exist. Create one with "

@@ -270,8 +270,12 @@ class Block(importlib.abc.MetaPathFinder):
         return None
 sys.meta_path.insert(0, Block())
 import importlib, pkgutil, bertonnx
-for info in pkgutil.walk_packages(bertonnx.__path__, "bertonnx."):
-    importlib.import_module(info.name)
+for info in pkgutil.walk_packages(bertonnx.__path__, "bertonnx.", onerror=lambda name: None):
+    try:
+        importlib.import_module(info.name)
+    except ImportError as exc:  # a subpackage whose extra is not installed may say so, never need torch
+        if "blocked import" in str(exc) or " extra, and " not in str(exc):
+            raise
 """
 
 

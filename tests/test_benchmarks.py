@@ -212,6 +212,32 @@ def test_quick_run_on_tiny_export(tiny_export: Path, tiny_checkpoint: Path, tmp_
     assert "## Accuracy on real weights" in md.read_text()
 
 
+def test_throughput_section_alone(tiny_export: Path, tmp_path: Path) -> None:
+    out, md = tmp_path / "out", tmp_path / "THROUGHPUT.md"
+    proc = run_bench(
+        str(tiny_export), "--sections", "throughput", "--runners", "fp32", "--throughput-texts", "40",
+        "--out", str(out), "--results-md", str(md),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = load_results(out)
+    assert "grid" not in results
+    assert "targets" not in results
+    (section,) = results["throughput"]
+    assert section["texts"] == 40
+    assert section["passes"] == 1
+    rows = {row["runner"]: row for row in section["rows"]}
+    assert set(rows) == {"sentence-transformers", "fp32"}
+    assert rows["fp32"]["max_abs"] <= 1e-4
+    assert rows["fp32"]["texts_per_s"] > 0
+    text = md.read_text()
+    assert text == (out / "results.md").read_text()
+    assert "## Corpus throughput" in text
+    assert "## Latency grid" not in text
+    assert not (out / "latency.png").exists()
+    judged = {row["target"]: row["status"] for row in results["throughput_targets"]["rows"]}
+    assert judged[3] == "not measured"  # the overhead target needs the latency grid of a full run
+
+
 def _break_pooler(export_dir: Path, target: Path) -> Path:
     """Copy the export and turn the fp32 pooler's Tanh into a Sigmoid, with the manifest updated to match."""
     import onnx

@@ -108,6 +108,10 @@ def cpu_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
+#: Both heads here are seeded (bert-base is all random, MiniLM has no trained NSP head), so NSP logits are
+#: ~0.02 and a lossy variant can flip a near-tie. A flip moves the NSP probability across 0.5, so when no
+#: probability moved more than this, every flip was a tie within it and the agreement limit is not held.
+NEAR_TIE_PROBABILITY = 0.01
 LOSSY_LIMITS = {"int8": INT8_LIMITS if cpu_has_vnni() else INT8_LIMITS_WITHOUT_VNNI, "bf16": BF16_LIMITS}
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 PAIR_TOKENS = ["[CLS]", "the", "weather", "is", "nice", "[SEP]", "i", "agree", "with", "you", "[SEP]"]
@@ -207,7 +211,8 @@ def check(source: str, variant: str, found: dict[str, float], what: str) -> None
     for name in OUTPUT_NAMES:
         assert found[f"{name}_min_cosine"] >= limits[name], f"{what}: {name} {found}"
     assert found["mean_pooled_min_cosine"] >= limits["mean_pooled"], f"{what}: mean-pooled {found}"
-    assert found["nsp_argmax_agreement"] >= limits["nsp_argmax_agreement"], f"{what}: {found}"
+    if found["nsp_argmax_agreement"] < limits["nsp_argmax_agreement"]:
+        assert found["nsp_probability_max_abs"] <= NEAR_TIE_PROBABILITY, f"{what}: NSP flips past near-ties {found}"
 
 
 def _expected(request: pytest.FixtureRequest, source: str, batch: int, seq: int) -> dict[str, Any]:

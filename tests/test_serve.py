@@ -175,8 +175,13 @@ def close(actual: Any, expected: Any) -> None:
 
 
 def check_error(response: httpx.Response, status: int, error_type: str, match: str) -> dict[str, Any]:
+    """TEI's error shape, or OpenAI's on /v1/ routes (which the openai client reads)."""
     assert response.status_code == status, response.text
     body = response.json()
+    if response.request.url.path.startswith("/v1/"):
+        assert set(body) == {"error"}, body
+        assert set(body["error"]) == {"message", "type", "param", "code"}, body
+        body = {"error": body["error"]["message"], "error_type": body["error"]["type"]}
     assert set(body) == {"error", "error_type"}, body
     assert body["error_type"] == error_type, body
     assert match in body["error"], body
@@ -414,7 +419,79 @@ def test_422_names_the_problem(server: Server) -> None:
         check_error(dims, 422, "validation", "dimensions is 7")
         assert client.post("/embed", json={"inputs": LONG_TEXT, "truncate": True}).status_code == 200
         check_error(client.get("/nope"), 404, "not_found", "no route GET /nope")
-        check_error(client.delete("/embed"), 405, "method_not_allowed", "DELETE")
+        wrong_method = check_error(client.delete("/embed"), 405, "method_not_allowed", "DELETE")
+        assert "allowed: POST" in wrong_method["error"]
+        assert client.delete("/embed").headers["allow"] == "POST"
+        check_error(client.post("/embed/", json={"inputs": "a"}), 404, "not_found", "/embed/")  # no bodiless 307
+        for path in ("/health", "/ready", "/v2/health/live", "/v2/health/ready"):
+            assert client.head(path).status_code == 200, path  # HEAD-based health checkers
+        # a form-encoded body (curl -d without -H) is told which Content-Type to send
+        form = client.post(
+            "/embed", content=b'{"inputs": "a"}', headers={"content-type": "application/x-www-form-urlencoded"}
+        )
+        check_error(form, 422, "validation", "send Content-Type: application/json")
+        for body in (b'{"inputs": "caf\xe9"}', b"[" * 100_000):  # latin-1 bytes; nesting past the parser
+            undecodable = client.post("/embed", content=body, headers={"content-type": "application/json"})
+            check_error(undecodable, 422, "validation", "could not be read as JSON")
+        # the over-length message gives the HTTP fix, not the Python one
+        assert "truncation=True" not in too_long.json()["error"]
+        # OpenAI's route takes truncate too (its over-length error says to send it)
+        long_openai = client.post("/v1/embeddings", json={"input": LONG_TEXT})
+        check_error(long_openai, 422, "validation", '"truncate": true')
+        assert client.post("/v1/embeddings", json={"input": LONG_TEXT, "truncate": True}).status_code == 200
+
+
+def test_openai_client_reads_the_error_message(server: Server) -> None:
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.UnprocessableEntityError, match="dimensions is 7"):
+        client.embeddings.create(model="m", input=["a"], dimensions=7)
+
+
+def test_kserve_bad_binary_header_and_nesting_are_422(server: Server) -> None:
+    ids = {"name": "input_ids", "datatype": "INT64", "shape": [2, 3], "data": [[101, 2000, 102], [101, 2001, 102]]}
+    name = server_model_name(server)
+    with server.client() as client:
+        # a non-ASCII digit is not a length (str.isdigit() says yes to '²', int() says no)
+        odd = client.post(
+            f"/v2/models/{name}/infer",
+            content=json.dumps({"inputs": [ids]}).encode(),
+            headers={"Inference-Header-Content-Length": b"\xb2"},
+        )
+        check_error(odd, 422, "validation", "Inference-Header-Content-Length")
+        nested = {**ids, "shape": [3, 2]}  # 6 values, nested as 2 x 3
+        check_error(
+            client.post(f"/v2/models/{name}/infer", json={"inputs": [nested]}), 422, "validation", "nested as [2, 3]"
+        )
+        ones = {**ids, "name": "attention_mask", "data": [[1, 1, 1], [1, 1, 1]]}
+        zeros = {**ids, "name": "token_type_ids", "data": [[0, 0, 0], [0, 0, 0]]}
+        outputs = [{"name": "pooler_output"}, {"name": "pooler_output"}]
+        twice = {"inputs": [ids, ones, zeros], "outputs": outputs}
+        check_error(client.post(f"/v2/models/{name}/infer", json=twice), 422, "validation", "asked for twice")
+        huge = {**ids, "data": [10**30, 1, 2, 3, 4, 5]}
+        check_error(client.post(f"/v2/models/{name}/infer", json={"inputs": [huge]}), 422, "validation", "INT64")
+
+
+def test_a_stalled_body_gets_408_and_does_not_hold_the_drain(tmp_path: Path, tiny_export: Path) -> None:
+    server = Server(tiny_export, tmp_path / "server.log", "--request-timeout", "1", "--drain-timeout", "20")
+    try:
+        with socket.create_connection((HOST, server.port), timeout=10) as sock:
+            sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 27\r\n\r\n{\"inputs\": ")  # fmt: skip
+            answer = sock.recv(65536).decode()  # the server answers once the body is 1 s late
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert '"error_type": "request_timeout"' in answer
+        # a drain does not wait for a body that is still on its way: it answers 503 and exits 0 at once
+        stalled = socket.create_connection((HOST, server.port), timeout=10)
+        stalled.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Length: 27\r\n\r\n{")
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert server.stop() == 0, server.log.read_text()[-3000:]
+        assert time.monotonic() - started < 10  # not the 20 s drain timeout
+        assert stalled.recv(65536).decode().startswith("HTTP/1.1 503")
+        stalled.close()
+    finally:
+        server.stop()
 
 
 def test_413_for_large_bodies_and_too_many_inputs(tight: Server) -> None:
@@ -638,6 +715,45 @@ def test_serve_refuses_a_bad_directory_or_option_before_binding(tmp_path: Path, 
     assert main([str(tmp_path / "missing")]) == 2
     assert main([str(tiny_export), "--variant", "nope"]) == 2
     assert main(["--max-queue", "2", str(tiny_export)]) == 2  # options anywhere; max_queue < 32
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--request-timeout", "nan"], "request_timeout must be a finite number"),
+        (["--batch-wait-ms", "inf"], "batch_wait_ms must be a finite number"),
+        (["--api-key", ""], "api_key must be a non-empty str"),
+        (["--port", "abc"], "argument --port: invalid int value"),
+        (["--host", "not-a-host.invalid"], "--host 'not-a-host.invalid' is not an address"),
+    ],
+)
+def test_bad_serve_options_are_one_line_exit_2(tiny_export: Path, args: list[str], message: str) -> None:
+    command = [sys.executable, "-m", "bertonnx.cli", "serve", str(tiny_export), "--port", str(free_port()), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_taken_port_or_a_file_for_a_directory_is_one_line(tmp_path: Path, tiny_export: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, "-m", "bertonnx.cli", "serve", str(tiny_export), "--port", port],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    a_file = tmp_path / "model.onnx"
+    a_file.write_bytes(b"")
+    result = subprocess.run(
+        [sys.executable, "-m", "bertonnx.cli", "serve", str(a_file)], capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "is a file, not a model directory" in result.stderr
 
 
 def test_import_bertonnx_never_imports_the_server_dependencies() -> None:

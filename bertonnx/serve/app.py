@@ -195,6 +195,15 @@ def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], trunc
     return encodings
 
 
+def _http_wording(message: str) -> str:
+    """The runtime's over-length message with the HTTP fix in place of the Python one."""
+    head, python_fix, _ = message.partition(" Pass truncation=True")
+    if not python_fix:
+        return message
+    head = head.replace("more than max_length=", "more than the model's limit of ")
+    return f'{head} Send "truncate": true to cut it, or split the text.'
+
+
 async def _tokenize(
     state: ServerState, model: BertOnnx, items: Sequence[str | tuple[str, str]], truncate: bool | None
 ) -> list[Encoding]:
@@ -207,7 +216,7 @@ async def _tokenize(
         else:
             encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
     except ValueError as exc:
-        raise ServeError(f'{exc} Over HTTP: send "truncate": true to cut it.', "validation") from None
+        raise ServeError(f"{_http_wording(str(exc))}", "validation") from None
     state.metrics.tokenization_duration.observe(time.monotonic() - started)
     return encodings
 
@@ -362,8 +371,10 @@ def create_app(
         title="bertonnx",
         version=__version__,
         description="BERT (encoder, pooler, NSP head) on onnxruntime: Text Embeddings Inference, OpenAI and "
-        "KServe v2 routes over one batching scheduler. Errors are JSON {error, error_type}.",
+        "KServe v2 routes over one batching scheduler. Errors are JSON {error, error_type} (OpenAI's "
+        "{error: {message, type}} on /v1/).",
         lifespan=lifespan,
+        redirect_slashes=False,  # a 307 to '/embed' has no body most clients would follow or show
     )
     app.state.bertonnx = state
     _add_error_handlers(app)
@@ -371,21 +382,26 @@ def create_app(
     _add_openai_routes(app, state)
     _add_kserve_routes(app, state)
     _add_server_routes(app, state)
-    app.add_middleware(BodyLimit, limit=options.payload_limit)
+    app.add_middleware(
+        BodyLimit, limit=options.payload_limit, timeout=options.request_timeout, draining=lambda: state.draining
+    )
     if options.api_key is not None:
         app.add_middleware(BearerAuth, api_key=options.api_key, open_paths=OPEN_PATHS)
     app.add_middleware(RequestAccounting, metrics=state.metrics, in_flight=state.in_flight, routes=lambda: app.routes)
     return app
 
 
-def _error_response(error: ServeError) -> Response:
-    return Response(error.body(), status_code=error.status, headers=error.headers, media_type="application/json")
+def _error_response(error: ServeError, request: Request) -> Response:
+    """``error`` as JSON in the shape of the request's API (OpenAI's on ``/v1/``)."""
+    return Response(
+        error.body(request.url.path), status_code=error.status, headers=error.headers, media_type="application/json"
+    )
 
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> Response:
-        return _error_response(exc)
+        return _error_response(exc, request)
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> Response:
@@ -394,26 +410,39 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> Response:
         message = validation_message(exc.errors(), REQUEST_EXAMPLES.get(request.url.path))
-        return _error_response(ServeError(message, "validation"))
+        content_type = request.headers.get("content-type", "")
+        if not content_type.startswith("application/json"):
+            message = f"send Content-Type: application/json (got {content_type or 'none'}); {message}"
+        return _error_response(ServeError(message, "validation"), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}; the routes are listed at /docs"
-            return _error_response(ServeError(message, "not_found"))
+            return _error_response(ServeError(message, "not_found"), request)
         if exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; the routes are listed at /docs"
-            return _error_response(ServeError(message, "method_not_allowed"))
+            allowed = (exc.headers or {}).get("Allow", "")
+            message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed or 'none'})"
+            return _error_response(ServeError(message, "method_not_allowed", exc.headers), request)
+        if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, nested too deeply ...)
+            example = REQUEST_EXAMPLES.get(request.url.path)
+            message = "the body could not be read as JSON (not UTF-8, or nested too deeply)"
+            return _error_response(
+                ServeError(f"{message}. Expected a JSON body like {example}" if example else message, "validation"),
+                request,
+            )
         kinds = {status: kind for kind, status in ERROR_STATUS.items()}
         kind = kinds.get(exc.status_code, "validation")
         return Response(
-            error_body(str(exc.detail), kind), status_code=ERROR_STATUS[kind], media_type="application/json"
+            error_body(str(exc.detail), kind, request.url.path),
+            status_code=ERROR_STATUS[kind],
+            media_type="application/json",
         )
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return _error_response(ServeError(f"internal error ({type(exc).__name__}: {exc})", "backend"))
+        return _error_response(ServeError(f"internal error ({type(exc).__name__}: {exc})", "backend"), request)
 
 
 def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
@@ -480,7 +509,7 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
                 "validation",
             )
         task = Task(EMBED, pooling=options.pooling, normalize=True)
-        encodings, answers = await _answer(state, request, body.input, None, task)
+        encodings, answers = await _answer(state, request, body.input, body.truncate, task)
         if body.encoding_format == "base64":
             vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
         else:
@@ -511,12 +540,12 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
         """KServe v2 server metadata."""
         return {"name": "bertonnx", "version": __version__, "extensions": ["binary_tensor_data"]}
 
-    @app.get("/v2/health/live", tags=["KServe v2"])
+    @app.api_route("/v2/health/live", methods=["GET", "HEAD"], tags=["KServe v2"])
     async def live() -> dict[str, bool]:
         """KServe v2 liveness: 200 while the process serves."""
         return {"live": True}
 
-    @app.get("/v2/health/ready", tags=["KServe v2"], responses=ERROR_RESPONSES)
+    @app.api_route("/v2/health/ready", methods=["GET", "HEAD"], tags=["KServe v2"], responses=ERROR_RESPONSES)
     async def server_ready() -> dict[str, bool]:
         """KServe v2 readiness: 200 once the model is warm, 503 while loading or draining."""
         state.require_model()
@@ -588,12 +617,12 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
 def _add_server_routes(app: FastAPI, state: ServerState) -> None:
     options = state.options
 
-    @app.get("/health", tags=["server"])
+    @app.api_route("/health", methods=["GET", "HEAD"], tags=["server"])
     async def health() -> dict[str, str]:
         """Liveness: 200 while the process serves (also while loading and draining)."""
         return {"status": "ok"}
 
-    @app.get("/ready", tags=["server"], responses=ERROR_RESPONSES)
+    @app.api_route("/ready", methods=["GET", "HEAD"], tags=["server"], responses=ERROR_RESPONSES)
     async def ready() -> dict[str, str]:
         """Readiness: 200 once the model is loaded and warm; 503 while loading, after a failed load, or
         while draining."""

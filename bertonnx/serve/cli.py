@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from collections.abc import Sequence
 
+from ..command import ArgumentParser
 from ..errors import ModelDirectoryError
 from ..manifest import VARIANT_FILES, read_manifest
 from ..model import DEFAULT_VARIANT
@@ -39,7 +41,7 @@ NUMERIC_OPTIONS: tuple[tuple[str, type, str], ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = ServeOptions()
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="bertonnx serve",
         description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
         "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
@@ -100,6 +102,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """Bind ``host:port`` once and let it go, so a taken port or a wrong ``--host`` is one line before loading.
+
+    Raises:
+        ValueError: the address cannot be resolved or bound; the message names the option and the fix.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ValueError(
+            f"--host {host!r} is not an address of this machine ({exc.strerror}); use an IP such as {DEFAULT_HOST}"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port, or stop what holds it"
+                if port
+                else f"cannot listen on {host} ({exc.strerror}); use an address of this machine with --host"
+            ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``bertonnx serve`` (``--ray``: :func:`bertonnx.serve.ray_serve.main`); returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -119,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             batch_wait_ms=args.batch_wait_ms,
             payload_limit=args.payload_limit,
             auto_truncate=args.auto_truncate,
-            api_key=args.api_key or None,
+            api_key=args.api_key,
             request_timeout=args.request_timeout,
             drain_timeout=args.drain_timeout,
             pooling=args.pooling,
@@ -135,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         if not 0 <= args.port <= 65535:
             raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
+        check_listen_address(args.host, args.port)
     except (ValueError, TypeError) as exc:
         kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
         print(f"error ({kind}): {exc}", file=sys.stderr)

@@ -1,8 +1,9 @@
 """Every error the server answers: one exception type, one JSON shape, one status per kind.
 
-The body is always ``{"error": "<what is wrong and how to fix it>", "error_type": "<kind>"}`` (TEI's
-shape; KServe clients read ``error`` too). The kinds and their status codes are fixed here so the README
-table, the handlers and the tests agree.
+The body is ``{"error": "<what is wrong and how to fix it>", "error_type": "<kind>"}`` (TEI's shape;
+KServe clients read ``error`` too), and on the OpenAI routes (``/v1/``) OpenAI's
+``{"error": {"message", "type", "param", "code"}}``, whose message the ``openai`` client shows. The kinds
+and their status codes are fixed here so the README table, the handlers and the tests agree.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["ERROR_STATUS", "ServeError", "error_body", "validation_message"]
+__all__ = ["ERROR_STATUS", "OPENAI_PREFIX", "ServeError", "error_body", "validation_message"]
 
 #: error_type -> HTTP status.
 ERROR_STATUS: Mapping[str, int] = {
     "unauthorized": 401,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "payload_too_large": 413,
     "validation": 422,
     "overloaded": 429,
@@ -29,8 +31,15 @@ ERROR_STATUS: Mapping[str, int] = {
 }
 
 
-def error_body(message: str, error_type: str) -> bytes:
-    """The JSON body of an error answer."""
+#: Routes under this prefix answer errors in OpenAI's shape, which the ``openai`` client reads.
+OPENAI_PREFIX = "/v1/"
+
+
+def error_body(message: str, error_type: str, path: str = "") -> bytes:
+    """The JSON body of an error answer: TEI's ``{"error", "error_type"}``, or OpenAI's
+    ``{"error": {"message", "type", "param", "code"}}`` on ``/v1/`` routes (``path``)."""
+    if path.startswith(OPENAI_PREFIX):
+        return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": None}}).encode()
     return json.dumps({"error": message, "error_type": error_type}).encode()
 
 
@@ -55,8 +64,9 @@ class ServeError(Exception):
     def status(self) -> int:
         return ERROR_STATUS[self.error_type]
 
-    def body(self) -> bytes:
-        return error_body(self.message, self.error_type)
+    def body(self, path: str = "") -> bytes:
+        """The JSON body for a request to ``path`` (see :func:`error_body`)."""
+        return error_body(self.message, self.error_type, path)
 
 
 def validation_message(error: ValidationError | Sequence[Mapping[str, Any]], example: str | None) -> str:

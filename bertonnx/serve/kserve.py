@@ -107,10 +107,18 @@ def _tensor_array(tensor: KServeTensor, binary: memoryview, offset: int) -> tupl
         array = np.asarray(tensor.data)
     except ValueError:
         raise ServeError(f"input {name}: data is ragged; send a flat or [batch][sequence] list", "validation") from None
+    if array.dtype.kind == "O" and array.size and all(isinstance(v, int) for v in array.flat):
+        raise ServeError(f"input {name}: data holds integers outside INT64's range", "validation")
     if array.dtype.kind not in "iu" or array.size != rows * columns:
         raise ServeError(
             f"input {name}: data must be {rows * columns} integers for shape {tensor.shape}, got "
             f"{array.size} values of type {array.dtype}",
+            "validation",
+        )
+    if array.ndim > 1 and array.shape != (rows, columns):  # KServe allows flat data; nested must match shape
+        raise ServeError(
+            f"input {name}: data is nested as {list(array.shape)}, but shape says {tensor.shape}; send flat data "
+            "or nest it as [batch][sequence]",
             "validation",
         )
     return array.astype(np.int64).reshape(rows, columns), offset
@@ -134,7 +142,7 @@ def parse_infer_request(
     """
     json_part, binary = body, memoryview(b"")
     if header_length is not None:
-        if not header_length.isdigit() or int(header_length) > len(body):
+        if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
             raise ServeError(
                 f"{BINARY_HEADER} is {header_length!r}; it must be the JSON part's length (<= {len(body)})",
                 "validation",
@@ -200,10 +208,12 @@ def _requested_outputs(request: KServeInferRequest) -> list[tuple[str, bool]]:
         raise ServeError("parameters.binary_data_output must be true or false", "validation")
     if request.outputs is None:
         return [(name, default_binary) for name in OUTPUT_NAMES]
-    outputs = []
+    outputs: list[tuple[str, bool]] = []
     for output in request.outputs:
         if output.name not in OUTPUT_NAMES:
             raise ServeError(f"unknown output {output.name!r}; the model gives {', '.join(OUTPUT_NAMES)}", "validation")
+        if any(output.name == seen for seen, _ in outputs):
+            raise ServeError(f"output {output.name} is asked for twice; name each output once", "validation")
         binary = (output.parameters or {}).get("binary_data", default_binary)
         if not isinstance(binary, bool):
             raise ServeError(f"output {output.name}: parameters.binary_data must be true or false", "validation")

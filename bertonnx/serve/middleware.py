@@ -7,12 +7,14 @@ From the outside in:
 2. :class:`BearerAuth` answers 401 unless ``Authorization: Bearer <api_key>`` is right; the health,
    readiness and metrics routes stay open.
 3. :class:`BodyLimit` reads the body, answering 413 as soon as it passes the payload limit (by
-   ``Content-Length`` before reading anything, else while reading), then replays it to the app. After the
+   ``Content-Length`` before reading anything, else while reading), 408 when it has not arrived by the
+   request timeout and 503 when a drain starts while it is on its way, then replays it to the app. After the
    body, ``receive`` goes straight to the server, so handlers see ``http.disconnect`` when a client leaves.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -32,11 +34,14 @@ __all__ = ["ARRIVAL_KEY", "BearerAuth", "BodyLimit", "InFlight", "RequestAccount
 #: ``scope["state"]`` key of a request's arrival time (``time.monotonic()``).
 ARRIVAL_KEY = "bertonnx_arrival"
 UNMATCHED_ROUTE = "unmatched"
+#: Seconds between checks of the body deadline and of draining while a body is on its way.
+BODY_POLL_S = 0.25
 
 
-async def send_error(send: Send, error: ServeError, *, close: bool = False) -> None:
-    """Answer ``error`` as JSON from middleware (``close``: ask the client to drop the connection)."""
-    body = error.body()
+async def send_error(send: Send, error: ServeError, *, path: str = "", close: bool = False) -> None:
+    """Answer ``error`` as JSON from middleware, in the shape of ``path``'s API (``close``: ask the client to
+    drop the connection)."""
+    body = error.body(path)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
     if close:
@@ -124,15 +129,22 @@ class BearerAuth:
             "unauthorized",
             {"WWW-Authenticate": "Bearer"},
         )
-        await send_error(send, error)
+        await send_error(send, error, path=scope["path"])
 
 
 class BodyLimit:
-    """413 for a body over ``limit`` bytes, decided while reading it; the app gets the whole body at once."""
+    """413 for a body over ``limit`` bytes, decided while reading it; the app gets the whole body at once.
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+    A body must also arrive within ``timeout`` seconds of the request's arrival (408 past it), and a server
+    that starts draining stops waiting for bodies still on their way (503), so a client that stalls mid-body
+    holds neither a connection nor a drain.
+    """
+
+    def __init__(self, app: ASGIApp, *, limit: int, timeout: float, draining: Callable[[], bool]) -> None:
         self.app = app
         self.limit = limit
+        self.timeout = timeout
+        self.draining = draining
 
     def _too_large(self, declared: str | None) -> ServeError:
         size = f"has {declared} bytes, more than" if declared else "is larger than"
@@ -146,20 +158,25 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path = scope["path"]
         declared = Headers(scope=scope).get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await send_error(send, self._too_large(declared), close=True)
+        if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.limit:
+            await send_error(send, self._too_large(declared), path=path, close=True)
             return
+        deadline = scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()) + self.timeout
         chunks: list[bytes] = []
         size = 0
         while True:
-            message = await receive()
+            message = await self._next(receive, deadline)
+            if isinstance(message, ServeError):
+                await send_error(send, message, path=path, close=True)
+                return
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its whole body: nobody to answer
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await send_error(send, self._too_large(None), close=True)
+                await send_error(send, self._too_large(None), path=path, close=True)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -175,3 +192,25 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _next(self, receive: Receive, deadline: float) -> Message | ServeError:
+        """The next body message, or the error to answer when the deadline passes or a drain starts first."""
+        pending = asyncio.ensure_future(receive())
+        try:
+            while True:
+                wait = min(BODY_POLL_S, deadline - time.monotonic())
+                if wait > 0:
+                    done, _ = await asyncio.wait({pending}, timeout=wait)
+                    if done:
+                        return pending.result()
+                if self.draining():
+                    return ServeError("the server is shutting down; retry on another replica", "unavailable")
+                if time.monotonic() >= deadline:
+                    return ServeError(
+                        f"the request body did not arrive within {self.timeout:g} s (--request-timeout); send the "
+                        "whole body at once",
+                        "request_timeout",
+                    )
+        finally:
+            if not pending.done():
+                pending.cancel()

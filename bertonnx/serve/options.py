@@ -8,6 +8,7 @@ holds its numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
@@ -118,13 +119,19 @@ class ServeOptions:
         if self.max_queue_wait is not None:
             if isinstance(self.max_queue_wait, bool) or not isinstance(self.max_queue_wait, (int, float)):
                 raise TypeError(f"max_queue_wait must be a number or None, got {type(self.max_queue_wait).__name__}")
-            if not self.max_queue_wait > 0:
-                raise ValueError(f"max_queue_wait must be > 0 seconds or None (no limit), got {self.max_queue_wait}")
+            if not (self.max_queue_wait > 0 and math.isfinite(self.max_queue_wait)):
+                raise ValueError(
+                    f"max_queue_wait must be finite and > 0 seconds, or None (no limit); got {self.max_queue_wait}"
+                )
         BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
         for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not math.isfinite(value):
+                raise ValueError(
+                    f"{name} must be a finite number of {'ms' if name == 'batch_wait_ms' else 's'}, got {value}"
+                )
             if value < 0 or (value == 0 and name == "request_timeout"):
                 raise ValueError(f"{name} must be {'> 0' if name == 'request_timeout' else '>= 0'}, got {value}")
         if self.max_queue < self.max_client_batch_size:

@@ -211,6 +211,9 @@ class OpenAIEmbeddingsRequest(BaseModel):
     )
     dimensions: StrictInt | None = Field(default=None, description="must be absent or the model's hidden size")
     user: StrictStr | None = None
+    truncate: StrictBool | None = Field(
+        default=None, description="cut inputs over 512 tokens (TEI's extension; absent: the server's --auto-truncate)"
+    )
 
     check_input = _inputs_check("input", TEXTS)
 

@@ -23,7 +23,15 @@ from fastapi import FastAPI
 
 from .app import ServerState
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "EXIT_ABANDONED", "EXIT_LOAD_FAILED", "DrainingServer", "run_server"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "EXIT_ABANDONED",
+    "EXIT_LOAD_FAILED",
+    "EXIT_STARTUP_FAILED",
+    "DrainingServer",
+    "run_server",
+]
 
 log = logging.getLogger("bertonnx.serve")
 
@@ -33,8 +41,8 @@ DEFAULT_PORT = 8080
 EXIT_OK = 0
 #: The drain timeout passed with requests still in flight: they were cut off.
 EXIT_ABANDONED = 1
-#: uvicorn could not start (e.g. the port is taken); it logged why.
-EXIT_STARTUP_FAILED = 1
+#: uvicorn could not start listening (the CLI checks the address first, so this is a race); it logged why.
+EXIT_STARTUP_FAILED = 4
 #: The model could not be loaded (the reason is logged and was served by /ready).
 EXIT_LOAD_FAILED = 3
 #: Seconds uvicorn waits for connections after the drain (requests are done by then; keep-alives close).
@@ -91,8 +99,9 @@ def run_server(
     """Serve ``app`` (from :func:`bertonnx.serve.create_app`) until a signal drains it.
 
     Returns:
-        0 after a clean drain; ``EXIT_ABANDONED`` (1) if the drain timeout cut requests off or uvicorn
-        could not start (it logs why); ``EXIT_LOAD_FAILED`` (3) if the model could not be loaded.
+        0 after a clean drain; ``EXIT_ABANDONED`` (1) if the drain timeout cut requests off;
+        ``EXIT_LOAD_FAILED`` (3) if the model could not be loaded; ``EXIT_STARTUP_FAILED`` (4) if uvicorn
+        could not listen (it logs why).
     """
     state: ServerState = app.state.bertonnx
     log_config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
@@ -110,6 +119,6 @@ def run_server(
     server = DrainingServer(config, state, state.options.drain_timeout)
     try:
         server.run()
-    except SystemExit as exc:  # uvicorn exits when it cannot bind (port in use ...), after logging why
-        return EXIT_STARTUP_FAILED if exc.code in (None, 0) else int(exc.code)
+    except SystemExit:  # uvicorn exits (with its own code 3) when it cannot bind, after logging why
+        return EXIT_STARTUP_FAILED
     return server.exit_code
