@@ -17,7 +17,7 @@ import pytest
 from bertonnx_benchmarks.serve.cli import QUICK_PLAN, RECOVERY_RUN, recovery_seconds, rss_growth
 from bertonnx_benchmarks.serve.loadgen import check_loopback, open_schedule
 from bertonnx_benchmarks.serve.report import NOTES_MARKER, markdown, write_reports
-from bertonnx_benchmarks.serve.stats import latency_ms, summarize
+from bertonnx_benchmarks.serve.stats import latency_ms, server_figures, summarize
 from bertonnx_benchmarks.serve.targets import MET, NOT_MET, TARGETS
 
 from .conftest import ROOT
@@ -229,6 +229,16 @@ def test_summarize_counts_statuses_and_measures_from_the_schedule_in_open_loops(
     closed = summarize(records, rows, open_loop=False)
     assert closed["latency_ms"]["max"] == 1000.0
     assert latency_ms([]) == {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+
+
+def test_server_figures_of_a_point_shorter_than_the_sampling_interval() -> None:
+    # the samples around the point (taken just before and after the generator ran) bound it: CPU over them
+    before, after = (10.0, 200_000_000, 5.0), (10.5, 210_000_000, 5.4)
+    figures = server_figures([before, after], start=10.1, end=10.3)
+    assert figures["cpu_percent"] == pytest.approx(80.0)
+    assert figures["rss_mb_max"] == 210.0
+    # samples only before it: no CPU figure rather than a made-up one
+    assert server_figures([before], start=10.1, end=10.3)["cpu_percent"] is None
 
 
 def test_recovery_is_the_first_run_of_normal_probes_after_the_overload() -> None:
