@@ -4,6 +4,7 @@ records. Speed is not asserted here (that is what the benchmark reports)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 
 from bertonnx_benchmarks.serve.cli import QUICK_PLAN, RECOVERY_RUN, recovery_seconds, rss_growth
 from bertonnx_benchmarks.serve.loadgen import check_loopback, open_schedule
-from bertonnx_benchmarks.serve.stats import latency_ms, summarize
+from bertonnx_benchmarks.serve.report import NOTES_MARKER, markdown, write_reports
+from bertonnx_benchmarks.serve.stats import latency_ms, server_figures, summarize
 from bertonnx_benchmarks.serve.targets import MET, NOT_MET, TARGETS
 
 from .conftest import ROOT
@@ -140,6 +142,37 @@ def test_quick_run_writes_markdown_and_small_plots(quick: tuple[Path, dict[str, 
     assert (out / "serving.json").stat().st_size < MAX_FILE_BYTES
 
 
+def test_rewriting_the_report_keeps_its_notes(quick: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    _, results = quick
+    report = tmp_path / "SERVING.md"
+    report.write_text(f"an old report\n\n{NOTES_MARKER}\n\nWhat was tried and lost.\n", encoding="utf-8")
+    write_reports(tmp_path, results)
+    text = report.read_text(encoding="utf-8")
+    assert "an old report" not in text
+    assert "## Targets" in text
+    assert text.count(NOTES_MARKER) == 1
+    assert text.rstrip().endswith("What was tried and lost.")
+    # redrawn from serving.json alone: the same report
+    command = [sys.executable, "-m", "bertonnx_benchmarks.serve.report", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert report.read_text(encoding="utf-8") == text
+
+
+def test_the_report_says_what_a_budget_shortened(quick: tuple[Path, dict[str, Any]]) -> None:
+    _, results = quick
+    assert "Shortened" not in markdown(results, plots=False)  # the quick run ran its whole plan
+    cut = copy.deepcopy(results)
+    cut["max_minutes"] = 30.0
+    cut["precisions_requested"] = [*cut["precisions"], "int8"]
+    soak = cut["precisions"]["fp32"]["soak"]
+    soak.update(planned_requests=20_000, max_seconds=600.0)
+    text = markdown(cut, plots=False)
+    assert f"**Shortened:** {soak['sent']:,} of the 20,000 planned requests were sent" in text
+    assert "after 10.0 min" in text
+    assert "Requested but not measured in this run: int8 (the `--max-minutes` budget would not hold it)." in text
+
+
 def test_bench_serve_refuses_bad_options(tiny_export: Path, tmp_path: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "bertonnx.cli", "bench-serve", *args, "--out", str(tmp_path)]
@@ -148,6 +181,9 @@ def test_bench_serve_refuses_bad_options(tiny_export: Path, tmp_path: Path) -> N
     result = run(str(tiny_export), "--precisions", "fp16")
     assert result.returncode == 2
     assert "--precisions takes fp32, bf16, got 'fp16'" in result.stderr
+    result = run(str(tiny_export), "--max-minutes", "0")
+    assert result.returncode == 2
+    assert "--max-minutes must be > 0, got 0" in result.stderr
     result = run(str(tmp_path / "missing"))
     assert result.returncode == 2
     assert "error" in result.stderr
@@ -193,6 +229,16 @@ def test_summarize_counts_statuses_and_measures_from_the_schedule_in_open_loops(
     closed = summarize(records, rows, open_loop=False)
     assert closed["latency_ms"]["max"] == 1000.0
     assert latency_ms([]) == {"p50": None, "p90": None, "p99": None, "max": None, "mean": None}
+
+
+def test_server_figures_of_a_point_shorter_than_the_sampling_interval() -> None:
+    # the samples around the point (taken just before and after the generator ran) bound it: CPU over them
+    before, after = (10.0, 200_000_000, 5.0), (10.5, 210_000_000, 5.4)
+    figures = server_figures([before, after], start=10.1, end=10.3)
+    assert figures["cpu_percent"] == pytest.approx(80.0)
+    assert figures["rss_mb_max"] == 210.0
+    # samples only before it: no CPU figure rather than a made-up one
+    assert server_figures([before], start=10.1, end=10.3)["cpu_percent"] is None
 
 
 def test_recovery_is_the_first_run_of_normal_probes_after_the_overload() -> None:

@@ -360,8 +360,11 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(api_key="")
     assert ServeOptions().max_queue_wait == 20.0
     assert ServeOptions(max_queue_wait=None).max_queue_wait is None
-    with pytest.raises(ValueError, match=r"max_queue_wait must be > 0 seconds or None \(no limit\), got 0"):
+    with pytest.raises(ValueError, match=r"max_queue_wait must be finite and > 0 seconds, or None \(no limit\); got 0"):
         ServeOptions(max_queue_wait=0)
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=f"max_queue_wait must be finite and > 0 seconds.*got {bad}"):
+            ServeOptions(max_queue_wait=bad)
     with pytest.raises(TypeError, match="max_queue_wait must be a number or None"):
         ServeOptions(max_queue_wait="5")  # type: ignore[arg-type]
     assert ServeOptions().max_batch_requests is None

@@ -244,7 +244,11 @@ class Bench:
             generator_cpu_percent=100 * out["cpu_s"] / out["wall_s"] if out["wall_s"] > 0 else None,
             generator_check_cpu_s=out["check_cpu_s"],
             others_cpu_percent=100 * others / wall if wall > 0 else None,
-            server=server_figures(server.sampler.samples, summary["start"], summary["end"]),
+            # with the reads taken just before and after the generator ran, a point shorter than the sampling
+            # interval still has a sample on each side of it
+            server=server_figures(
+                sorted([server_before, *server.sampler.samples, server_after]), summary["start"], summary["end"]
+            ),
             batches=batch_figures(before, after),
         )
         self.check_answers(name, out["answers"].get("mixed", {}))

@@ -1,19 +1,23 @@
 """The serving benchmark's report: ``serving.json``, ``SERVING.md`` and two plots, each written atomically.
 
-The JSON holds every figure of the run (not the per-request records); the markdown holds the tables, the
-targets and, appended verbatim, the hand-written notes of :data:`NOTES` (what was tried and lost, with the
-figures and commands of those runs).
+The JSON holds every figure of the run (not the per-request records); the markdown holds the tables and the
+targets. Hand-written notes (what the figures mean, what was tried and lost) go below the :data:`NOTES_MARKER`
+line of an existing ``SERVING.md``; writing the report again keeps them, so a rerun, or ``python -m
+benchmarks.serve.report OUT`` (the report redrawn from ``OUT/serving.json``), does not lose them.
 """
 
 from __future__ import annotations
 
 import io
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from ..report import write_atomic, write_json
 
-NOTES = Path(__file__).resolve().parent / "notes.md"
+#: The line of ``SERVING.md`` below which its hand-written notes are kept when the report is written again.
+NOTES_MARKER = "<!-- notes: written by hand, kept when the report is rewritten -->"
 JSON_NAME, MD_NAME = "serving.json", "SERVING.md"
 LATENCY_PNG, RSS_PNG = "serving_latency.png", "serving_rss.png"
 PLOT_DPI = 110
@@ -245,8 +249,6 @@ def markdown(results: dict[str, Any], plots: bool) -> str:
         lines += [f"![p99 latency against inputs/s]({LATENCY_PNG})", "", f"![RSS over the soak]({RSS_PNG})", ""]
     for name, run in results["precisions"].items():
         lines += precision_section(name, run)
-    if NOTES.exists():
-        lines += [NOTES.read_text(encoding="utf-8").strip(), ""]
     return "\n".join(lines)
 
 
@@ -310,8 +312,36 @@ def plots(out: Path, results: dict[str, Any]) -> bool:
     return True
 
 
+def kept_notes(path: Path) -> str:
+    """The notes of an existing report: its text from :data:`NOTES_MARKER` on (empty without one)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ""
+    at = text.find(NOTES_MARKER)
+    return "" if at < 0 else text[at:].strip() + "\n"
+
+
 def write_reports(out: Path, results: dict[str, Any]) -> None:
+    """Write ``serving.json``, the plots and ``SERVING.md`` (keeping its notes) to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / JSON_NAME, results)
     drawn = plots(out, results)
-    write_atomic(out / MD_NAME, markdown(results, drawn).encode("utf-8"))
+    notes = kept_notes(out / MD_NAME)
+    text = markdown(results, drawn).rstrip() + "\n" + (f"\n{notes}" if notes else "")
+    write_atomic(out / MD_NAME, text.encode("utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m benchmarks.serve.report OUT``: redraw OUT's report from ``OUT/serving.json``."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m benchmarks.serve.report OUT (a folder holding serving.json)", file=sys.stderr)
+        return 2
+    out = Path(args[0])
+    write_reports(out, json.loads((out / JSON_NAME).read_text(encoding="utf-8")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

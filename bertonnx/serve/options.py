@@ -120,7 +120,9 @@ class ServeOptions:
             if isinstance(self.max_queue_wait, bool) or not isinstance(self.max_queue_wait, (int, float)):
                 raise TypeError(f"max_queue_wait must be a number or None, got {type(self.max_queue_wait).__name__}")
             if not (self.max_queue_wait > 0 and math.isfinite(self.max_queue_wait)):
-                raise ValueError(f"max_queue_wait must be > 0 seconds or None (no limit), got {self.max_queue_wait}")
+                raise ValueError(
+                    f"max_queue_wait must be finite and > 0 seconds, or None (no limit); got {self.max_queue_wait}"
+                )
         BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
         for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
             value = getattr(self, name)
