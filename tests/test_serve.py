@@ -378,7 +378,7 @@ def test_server_routes(server: Server, model: BertOnnx) -> None:
         assert info["precision"] == "f32"
         assert info["random_weights"] is False
         assert info["hidden_size"] == model.hidden_size
-        assert info["limits"]["max_batch_tokens"] == 16384
+        assert info["limits"]["max_batch_tokens"] == 2048
         assert info["limits"]["payload_limit"] == 2_000_000
         assert info["limits"]["max_queue_wait"] == 20.0
         assert info["limits"]["max_batch_requests"] is None

@@ -345,7 +345,7 @@ def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on() -> None:
 
 
 def test_serve_options_are_validated() -> None:
-    assert ServeOptions().limits == BatchLimits(16384, 256)
+    assert ServeOptions().limits == BatchLimits(2048, 256)
     with pytest.raises(ValueError, match=r"max_queue \(8\) must be >= max_client_batch_size \(32\)"):
         ServeOptions(max_queue=8)
     with pytest.raises(ValueError, match="pooling must be one of pooler, cls, mean"):
