@@ -209,6 +209,11 @@ def check(source: str, variant: str, found: dict[str, float], what: str) -> None
         return
     limits = LOSSY_LIMITS[variant][source]
     for name in OUTPUT_NAMES:
+        if (
+            name == "nsp_logits"
+            and found["nsp_probability_max_abs"] <= gate.LOSSY_THRESHOLDS[variant]["nsp_probability_max_abs"]
+        ):
+            continue  # the seeded heads' logits are ~0.02: their cosine is noise when no probability moved
         assert found[f"{name}_min_cosine"] >= limits[name], f"{what}: {name} {found}"
     assert found["mean_pooled_min_cosine"] >= limits["mean_pooled"], f"{what}: mean-pooled {found}"
     if found["nsp_argmax_agreement"] < limits["nsp_argmax_agreement"]:
