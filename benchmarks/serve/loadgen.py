@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..report import write_atomic
+
 CLIENTS = ("aiohttp", "httpx")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 NO_ANSWER = 0
@@ -207,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     result = asyncio.run(generate(spec))
-    out = Path(args[1])
-    tmp = out.with_name(f".{out.name}.partial")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(Path(args[1]), json.dumps(result).encode("utf-8"))
     return 0
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from ..report import write_atomic
+
 #: Untimed requests run first (sessions allocate and pick kernels on their first calls).
 WARMUP_REQUESTS = 4
 
@@ -109,10 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m benchmarks.serve.offline SPEC.json OUT.json", file=sys.stderr)
         return 2
     result = run(json.loads(Path(args[0]).read_text(encoding="utf-8")))
-    out = Path(args[1])
-    tmp = out.with_name(f".{out.name}.partial")
-    tmp.write_text(json.dumps(result), encoding="utf-8")
-    tmp.replace(out)
+    write_atomic(Path(args[1]), json.dumps(result).encode("utf-8"))
     return 0
 
 
