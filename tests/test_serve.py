@@ -411,6 +411,10 @@ def test_422_names_the_problem(server: Server) -> None:
         pair = client.post("/predict", json={"inputs": [["a", "b"], ["c", "d", "e"]]})
         check_error(pair, 422, "validation", "item 1 is an array of 3")
         check_error(client.post("/predict", json={"inputs": "a"}), 422, "validation", "one pair")
+        # one pair with a bad member names that member (not "item 0 is a string")
+        check_error(client.post("/predict", json={"inputs": ["a", 1]}), 422, "validation", "item 1 is a number")
+        null_member = client.post("/predict", json={"inputs": ["a", None]})
+        check_error(null_member, 422, "validation", "2 items and item 1 is null")
         long_pair = client.post("/predict", json={"inputs": ["a", LONG_TEXT]})
         check_error(long_pair, 422, "validation", "input 0 has 604 tokens")
         mixed = client.post("/encode", json={"inputs": ["a", ["b", "c"], LONG_TEXT]})
@@ -519,8 +523,11 @@ def test_401_without_the_right_bearer_token(tight: Server) -> None:
         assert "--api-key" in body["error"]
         assert wrong.headers["www-authenticate"] == "Bearer"
         check_error(client.get("/info"), 401, "unauthorized", "bearer")
-        for path in ("/health", "/ready", "/metrics", "/v2/health/ready"):
+        for path in ("/health", "/ready", "/metrics", "/v2/health/ready", "/docs"):
             assert client.get(path).status_code == 200, path
+        described = client.get("/openapi.json").json()  # readable without the key, and it declares the key
+        assert described["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+        assert described["security"] == [{"bearer": []}]
         ok = client.post("/embed", json={"inputs": "a"}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
 

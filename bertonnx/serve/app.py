@@ -61,8 +61,20 @@ __all__ = ["OPEN_PATHS", "ServerState", "create_app"]
 
 log = logging.getLogger("bertonnx.serve")
 
-#: Routes that need no bearer token even with --api-key: liveness, readiness (ours and KServe's), metrics.
-OPEN_PATHS = ("/health", "/ready", "/metrics", "/v2/health/live", "/v2/health/ready")
+#: Routes that need no bearer token even with --api-key: liveness, readiness (ours and KServe's), metrics,
+#: and the API's description (a browser cannot send the header to /docs; its "Authorize" button then does).
+OPEN_PATHS = (
+    "/health",
+    "/ready",
+    "/metrics",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/openapi.json",
+)
+#: The OpenAPI security scheme declared when the server has an --api-key.
+BEARER_SCHEME = "bearer"
 #: Requests of at most this many characters are tokenized on the event loop (tens of microseconds);
 #: larger ones in a worker thread, so a 2 MB request never stalls the loop.
 TOKENIZE_INLINE_CHARS = 2048
@@ -387,8 +399,24 @@ def create_app(
     )
     if options.api_key is not None:
         app.add_middleware(BearerAuth, api_key=options.api_key, open_paths=OPEN_PATHS)
+        _declare_bearer(app)
     app.add_middleware(RequestAccounting, metrics=state.metrics, in_flight=state.in_flight, routes=lambda: app.routes)
     return app
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    """Declare the bearer token in the OpenAPI description, so /docs shows "Authorize" and sends it."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()  # caches itself in app.openapi_schema; the additions below stay in the cache
+            scheme = {"type": "http", "scheme": "bearer"}
+            schema.setdefault("components", {})["securitySchemes"] = {BEARER_SCHEME: scheme}
+            schema["security"] = [{BEARER_SCHEME: []}]
+        return app.openapi_schema or build()
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _error_response(error: ServeError, request: Request) -> Response:

@@ -4,8 +4,8 @@ From the outside in:
 
 1. :class:`RequestAccounting` counts and times every request by route and status, tracks the requests in
    flight (draining waits for them) and stamps each request's arrival time (its deadline counts from it).
-2. :class:`BearerAuth` answers 401 unless ``Authorization: Bearer <api_key>`` is right; the health,
-   readiness and metrics routes stay open.
+2. :class:`BearerAuth` answers 401 unless ``Authorization: Bearer <api_key>`` is right; the routes in
+   ``app.OPEN_PATHS`` (health, readiness, metrics, the API description) stay open.
 3. :class:`BodyLimit` reads the body, answering 413 as soon as it passes the payload limit (by
    ``Content-Length`` before reading anything, else while reading), 408 when it has not arrived by the
    request timeout and 503 when a drain starts while it is on its way, then replays it to the app. After the

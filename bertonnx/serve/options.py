@@ -72,7 +72,7 @@ class ServeOptions:
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
         auto_truncate: truncate inputs over the model's 512 tokens when a request does not say
             (``truncate`` absent); ``False`` answers 422 naming the input, as the runtime raises.
-        api_key: when set, every route but the health, readiness and metrics ones needs
+        api_key: when set, every route but the health, readiness, metrics and API-description ones needs
             ``Authorization: Bearer <api_key>``.
         request_timeout: seconds from arrival to answer; past it 504 and the queued inputs are dropped.
         drain_timeout: seconds SIGTERM/SIGINT waits for accepted requests before exiting.

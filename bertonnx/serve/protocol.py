@@ -94,6 +94,13 @@ def describe_inputs(value: object, accepts: str) -> str:
     """Why ``value`` is not a valid ``inputs`` of a route that takes ``accepts`` (names the first bad item)."""
     if accepts == PAIRS and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return f'must be one pair ["sentence A", "sentence B"] or a list of pairs; got {len(value)} strings'
+    if accepts == PAIRS and isinstance(value, list) and value and not any(isinstance(v, list) for v in value):
+        # no item is an array: the client meant one pair, so name its bad member, not "item 0 is a string"
+        bad = next(index for index, item in enumerate(value) if not isinstance(item, str))
+        return (
+            f'one pair must be 2 strings ["sentence A", "sentence B"]; got {len(value)} items and item {bad} is '
+            f"{_kind(value[bad])}"
+        )
     item_ok = {TEXTS: lambda v: isinstance(v, str), PAIRS: _is_pair}.get(
         accepts, lambda v: isinstance(v, str) or _is_pair(v)
     )
