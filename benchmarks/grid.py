@@ -71,6 +71,31 @@ def measure(call: Callable[[], object], plan: TimingPlan) -> list[float]:
     return samples
 
 
+def measure_paired(
+    first: Callable[[], object], second: Callable[[], object], plan: TimingPlan
+) -> tuple[list[float], list[float]]:
+    """Time two calls in alternation, swapping their order each round, so both see the same machine.
+
+    A difference of two separately timed medians moves with whatever the machine does between the two loops
+    (on a shared VM, several milliseconds); paired rounds cancel it. ``plan`` counts rounds.
+
+    Returns:
+        Seconds per call of ``first`` and of ``second``, one of each per round, in round order.
+    """
+    for _ in range(plan.warmup):
+        first()
+        second()
+    a: list[float] = []
+    b: list[float] = []
+    started = time.perf_counter()
+    while len(a) < plan.max_runs and (len(a) < plan.min_runs or time.perf_counter() - started < plan.min_time_s):
+        for call, samples in ((first, a), (second, b)) if len(a) % 2 == 0 else ((second, b), (first, a)):
+            t0 = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - t0)
+    return a, b
+
+
 def summarize(samples: Sequence[float]) -> dict[str, float | int]:
     """min, p50, p90, p99 and mean in milliseconds, and the number of timed runs."""
     ms = np.asarray(samples, dtype=np.float64) * MS_PER_S

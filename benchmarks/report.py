@@ -210,7 +210,8 @@ def markdown(results: dict[str, Any]) -> str:
         "## Runtime overhead (batch 1, one single text)",
         "",
         "End to end `BertOnnx(...)([text])` (tokenize, batch, run, post-process) against bare `session.run` on "
-        "the same arrays.",
+        "the same arrays, timed in alternating rounds (one call of each, order swapped every round); the overhead "
+        "is the median of the per-round differences, so a change in the machine's speed between calls cancels.",
         "",
         "| runner | tokens | end-to-end p50 ms | session.run p50 ms | overhead ms | % of end-to-end |",
         "|---|---:|---:|---:|---:|---:|",

@@ -22,6 +22,7 @@ from bertonnx.manifest import MANIFEST_FILE, read_manifest
 from bertonnx_benchmarks import targets
 from bertonnx_benchmarks.cli import build_parser
 from bertonnx_benchmarks.cli import main as bench_main
+from bertonnx_benchmarks.grid import TimingPlan, measure_paired
 from bertonnx_benchmarks.throughput import PEER_RUNNER, QUICK_TEXTS
 from bertonnx_export.gate import GATE_INPUTS, PADDED_BATCH
 
@@ -86,6 +87,8 @@ def check_structure(results: dict[str, Any], out: Path, runners: set[str]) -> No
         assert o["tokens"] == 16
         assert o["end_to_end"]["p50_ms"] > 0
         assert o["session_run"]["p50_ms"] > 0
+        assert o["end_to_end"]["runs"] == o["session_run"]["runs"]  # paired rounds: one call of each per round
+        assert o["overhead_pct"] == pytest.approx(100 * o["overhead_ms"] / o["end_to_end"]["p50_ms"])
     corpus = results["corpus"]
     assert {c["runner"] for c in corpus["results"]} == variants
     for c in corpus["results"]:
@@ -499,3 +502,11 @@ def test_a_figure_at_its_limit_meets_it() -> None:
     assert targets.Criterion("cosine", 0.999, 0.999, at_most=False).status == MET
     assert targets.Criterion("cosine", 0.9989, 0.999, at_most=False).status == NOT_MET
     assert targets.Criterion("cosine", None, 0.999, at_most=False, missing="why").text() == "cosine: not measured (why)"
+
+
+def test_paired_timing_alternates_and_swaps_the_order_each_round() -> None:
+    calls: list[str] = []
+    plan = TimingPlan(warmup=1, min_runs=4, min_time_s=0.0, max_runs=4)
+    first, second = measure_paired(lambda: calls.append("a"), lambda: calls.append("b"), plan)
+    assert len(first) == len(second) == 4
+    assert calls == ["a", "b"] + ["a", "b", "b", "a"] * 2  # warm-up, then rounds with the order swapped
