@@ -319,7 +319,7 @@ class Block:
             raise ImportError("no pyarrow here")
 sys.meta_path.insert(0, Block())
 try:
-    import bertonnx.corpus
+    from bertonnx.corpus import TaskOptions
 except ImportError as exc:
     print("IMPORT:", exc)
 sys.exit(bertonnx.cli.main(["batch", sys.argv[1], "--input", "x.txt", "--output", "y.parquet"]))

@@ -88,8 +88,7 @@ def run_ray_job(
     output = check_writable(Path(output_path).absolute(), allow_directory=True)
     check_writable(rejects_path(output))
     manifest = read_manifest(model_dir)
-    if variant not in manifest.variants:
-        raise ValueError(f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}")
+    manifest.require_variant(variant)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     schema = output_schema(options.task, manifest.hidden_size)
     show = sys.stderr.isatty() if progress is None else progress
