@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .compute import TASKS, TaskOptions, output_schema
     from .errors import BadRowError, CorpusFileError
     from .predictor import BertOnnxPredictor
-    from .readers import read_output
+    from .readers import read_metadata, read_output
 
 _LAZY = {
     "TASKS": ".compute",
@@ -29,6 +29,7 @@ _LAZY = {
     "BadRowError": ".errors",
     "CorpusFileError": ".errors",
     "BertOnnxPredictor": ".predictor",
+    "read_metadata": ".readers",
     "read_output": ".readers",
 }
 
@@ -39,6 +40,7 @@ __all__ = [
     "CorpusFileError",
     "TaskOptions",
     "output_schema",
+    "read_metadata",
     "read_output",
 ]
 

@@ -28,7 +28,7 @@ from .errors import BadRowError, CorpusFileError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
 from .readers import open_input, plan_splits
-from .writers import check_writable, rejects_path, remove
+from .writers import check_writable, output_metadata, rejects_path, remove
 
 __all__ = ["IO_TASK_CPUS", "run_ray_job"]
 
@@ -90,7 +90,9 @@ def run_ray_job(
     manifest = read_manifest(model_dir)
     manifest.require_variant(variant)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
-    schema = output_schema(options.task, manifest.hidden_size)
+    schema = output_schema(options.task, manifest.hidden_size).with_metadata(
+        output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
+    )
     show = sys.stderr.isatty() if progress is None else progress
     owns_ray = not ray.is_initialized()
     if owns_ray:
