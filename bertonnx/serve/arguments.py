@@ -74,7 +74,8 @@ class Option:
         kind: the parser's ``type`` (str -> value).
         default: the field's default (``None``: no limit).
         help: what it limits; the default is appended.
-        zero_means_none: ``0`` on the command line means "no limit" (the field's ``None``).
+        zero_means_none: ``0`` on the command line means the field's ``None`` (no limit, or computed).
+        default_text: how ``--help`` shows the default (default: the value; ``None`` shows "no limit").
     """
 
     flag: str
@@ -82,6 +83,7 @@ class Option:
     default: object
     help: str
     zero_means_none: bool = False
+    default_text: str | None = None
 
     @property
     def field(self) -> str:
@@ -137,6 +139,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
 
 
 def _shown(option: Option) -> str:
+    if option.default_text is not None:
+        return option.default_text
     if option.default is None:
         return "no limit"
     return f"{option.default:g}" if isinstance(option.default, float) else str(option.default)
