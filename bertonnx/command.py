@@ -70,10 +70,24 @@ class CommandError(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2)."""
+    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2), and
+    which names a mistyped option first (``--ouput``: did you mean ``--output``?), before any missing one."""
 
     def error(self, message: str) -> NoReturn:
         raise CommandError(f"{message}; see `{self.prog} --help`")
+
+    def parse_intermixed_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        words = list(sys.argv[1:] if args is None else args)
+        known = [flag for action in self._actions for flag in action.option_strings]
+        for word in _options_part(words):
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--") or flag == "--" or any(name.startswith(flag) for name in known):
+                continue  # a known option or a prefix argparse resolves (or refuses as ambiguous)
+            close = difflib.get_close_matches(flag, known, n=1)
+            self.error(f"unrecognized arguments: {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+        return super().parse_intermixed_args(words, namespace)
 
 
 def positive_int(text: str) -> int:

@@ -184,6 +184,16 @@ def test_expected_failures_are_one_line_with_exit_2(
     assert "Traceback" not in err
 
 
+def test_a_mistyped_option_comes_first_with_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """``batch --ouput``: one line naming the typo and the option meant, not the required options it misses."""
+    assert main(["batch", "DIR", "--ouput", "x.parquet"]) == EXIT_USAGE
+    assert one_line(capsys.readouterr().err) == (
+        "bertonnx batch: error: unrecognized arguments: --ouput (did you mean --output?); see `bertonnx batch --help`"
+    )
+    assert main(["serve", "DIR", "--max-queue-wai", "0", "--port", "99999"]) == EXIT_USAGE  # a prefix is argparse's
+    assert "argument --port: expected a port number 0-65535, got 99999" in one_line(capsys.readouterr().err)
+
+
 def _missing(module: str) -> bool:
     import importlib.util
 
