@@ -15,6 +15,8 @@ rows reach the sink only from the attempt that finished, so nothing is lost or w
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -94,58 +96,63 @@ def run_ray_job(
         output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
     )
     show = sys.stderr.isatty() if progress is None else progress
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        ray.init(address=address, include_dashboard=False, log_to_driver=show, configure_logging=show)
-    try:
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = show
-        context.raise_original_map_exception = True  # a BadRowError reaches us as itself, not as its text
-        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
-        actors = actors or max(1, cpus // threads_per_actor)
-        if actors * threads_per_actor > cpus:
-            raise ValueError(
-                f"{actors} actors x {threads_per_actor} threads need {actors * threads_per_actor} CPUs; the cluster "
-                f"has {cpus}. Lower --actors or --threads-per-actor, or add nodes"
-            )
-        split_bytes = min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, source.size_bytes // (SPLITS_PER_ACTOR * actors) + 1))
-        splits = plan_splits(source, split_bytes)
-        expected = None if any(s.num_rows is None for s in splits) else sum(s.num_rows or 0 for s in splits)
-        from .ray_io import CorpusDatasink, CorpusDatasource
-
-        dataset = ray.data.read_datasource(CorpusDatasource(source, splits, chunk_rows), num_cpus=IO_TASK_CPUS)
-        dataset = dataset.map_batches(
-            predictor,
-            fn_constructor_kwargs={
-                "model_dir": str(manifest.directory.absolute()),
-                "variant": variant,
-                "threads": threads_per_actor,
-                "task": options.task,
-                "pooling": options.pooling,
-                "normalize": options.normalize,
-                "truncate": options.truncate,
-                "on_error": options.on_error,
-                "pair_column": "pair" if source.pair_column else None,
-                "max_batch_tokens": options.max_batch_tokens,
-                "batch_size": options.batch_size,
-            },
-            compute=ray.data.ActorPoolStrategy(size=actors),
-            num_cpus=threads_per_actor,
-            batch_size=chunk_rows,
-            batch_format="pyarrow",
-            udf_modifying_row_count=False,
-        )
-        sink = CorpusDatasink(output, schema, expected)
-        try:
-            dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
-        except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's exception; surface ours as they are
-            raise _user_error(exc) or exc from None
-        finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
-            if sink.result is None:
-                remove(sink.staging)
-    finally:
+    # Ray prints its messages to the driver (a node marked dead, a lost object being rebuilt) on stdout;
+    # they go to stderr, so that stdout holds only the summary (`bertonnx batch --json`).
+    with contextlib.redirect_stdout(sys.stderr):
+        owns_ray = not ray.is_initialized()
         if owns_ray:
-            ray.shutdown()
+            _connect(ray, address, show)
+        try:
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = show
+            context.raise_original_map_exception = True  # a BadRowError reaches us as itself, not as its text
+            cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+            actors = actors or max(1, cpus // threads_per_actor)
+            if actors * threads_per_actor > cpus:
+                raise ValueError(
+                    f"{actors} actors x {threads_per_actor} threads need {actors * threads_per_actor} CPUs; the "
+                    f"cluster has {cpus}. Lower --actors or --threads-per-actor, or add nodes"
+                )
+            split_bytes = min(
+                MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, source.size_bytes // (SPLITS_PER_ACTOR * actors) + 1)
+            )
+            splits = plan_splits(source, split_bytes)
+            expected = None if any(s.num_rows is None for s in splits) else sum(s.num_rows or 0 for s in splits)
+            from .ray_io import CorpusDatasink, CorpusDatasource
+
+            dataset = ray.data.read_datasource(CorpusDatasource(source, splits, chunk_rows), num_cpus=IO_TASK_CPUS)
+            dataset = dataset.map_batches(
+                predictor,
+                fn_constructor_kwargs={
+                    "model_dir": str(manifest.directory.absolute()),
+                    "variant": variant,
+                    "threads": threads_per_actor,
+                    "task": options.task,
+                    "pooling": options.pooling,
+                    "normalize": options.normalize,
+                    "truncate": options.truncate,
+                    "on_error": options.on_error,
+                    "pair_column": "pair" if source.pair_column else None,
+                    "max_batch_tokens": options.max_batch_tokens,
+                    "batch_size": options.batch_size,
+                },
+                compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=threads_per_actor,
+                batch_size=chunk_rows,
+                batch_format="pyarrow",
+                udf_modifying_row_count=False,
+            )
+            sink = CorpusDatasink(output, schema, expected)
+            try:
+                dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
+            except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's exception; surface ours as they are
+                raise _user_error(exc) or exc from None
+            finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
+                if sink.result is None:
+                    remove(sink.staging)
+        finally:
+            if owns_ray:
+                ray.shutdown()
     assert sink.result is not None
     rows = sink.result.outputs + sink.result.rejected
     return JobSummary(
@@ -153,6 +160,24 @@ def run_ray_job(
         sink.result.rejected, time.perf_counter() - started,
         f"ray, {actors} actors x {threads_per_actor} threads",
     )  # fmt: skip
+
+
+def _connect(ray: Any, address: str | None, show: bool) -> None:
+    """``ray.init``; a refused connection names the usual causes, token authentication first.
+
+    Raises:
+        ConnectionError: the cluster at ``address`` cannot be joined.
+    """
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=show, configure_logging=show)
+    except ConnectionError as exc:
+        if address is None or os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+            raise
+        raise ConnectionError(
+            f"{exc}: the head is not running there, its port is closed, or the cluster uses token authentication "
+            "(Ray 2.60 turns it on where a token exists): then set RAY_AUTH_MODE=token here and give this machine "
+            "the cluster's token (the head's ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE)"
+        ) from None
 
 
 def _user_error(exc: BaseException) -> BaseException | None:
