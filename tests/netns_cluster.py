@@ -48,7 +48,7 @@ RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
 QUERY_DRIVER = """
 import json, logging, sys, ray
 ray.init(address=sys.argv[1], log_to_driver=False, logging_level=logging.ERROR)
-namespace = {"ray": ray}
+namespace = {"ray": ray, "address": sys.argv[1]}
 exec(sys.argv[2], namespace)
 print(json.dumps(namespace["result"]))
 """
@@ -234,7 +234,11 @@ class NetnsCluster:
         return subprocess.Popen(self.command(ns, argv), env=self.env, text=True, **kwargs)
 
     def query(self, code: str, timeout: float = 60.0) -> Any:
-        """Run ``code`` in a driver on the head node; it sets ``result`` (JSON-able), which is returned."""
+        """Run ``code`` in a driver on the head node; it sets ``result`` (JSON-able), which is returned.
+
+        ``code`` sees ``ray`` and ``address`` (the head's); pass ``address=address`` to the state API, which
+        would otherwise look for clusters among the machine's processes and find other users' too.
+        """
         result = self.run(self.head_ns, [sys.executable, "-c", QUERY_DRIVER, self.address, code], timeout=timeout)
         if result.returncode != 0:
             raise RuntimeError(f"the query driver failed:\n{result.stderr[-3000:]}")
@@ -249,34 +253,34 @@ class NetnsCluster:
         """Every actor the cluster has had (Ray's state API): class name, state and node address."""
         code = (
             "from ray.util.state import list_actors, list_nodes\n"
-            "ips = {n.node_id: n.node_ip for n in list_nodes(limit=100)}\n"
+            "ips = {n.node_id: n.node_ip for n in list_nodes(address=address, limit=100)}\n"
             "result = [{'actor_id': a.actor_id, 'class_name': a.class_name, 'state': a.state,\n"
             "           'node_ip': ips.get(a.node_id, '')}\n"
-            "          for a in list_actors(limit=10000, detail=True)]"
+            "          for a in list_actors(address=address, limit=10000, detail=True)]"
         )
         actors: list[dict[str, str]] = self.query(code)
         return actors
 
-    def finished_tasks(self, name: str, *, wait_on: str | None = None, timeout: float = 120.0) -> dict[str, int]:
-        """Tasks called ``name`` the cluster has finished (Ray's state API), counted by node address.
+    def tasks(self, name: str, state: str, *, wait_on: str | None = None, timeout: float = 120.0) -> dict[str, int]:
+        """Tasks called ``name`` in ``state`` (e.g. ``RUNNING``, ``FINISHED``; Ray's state API), by node address.
 
-        With ``wait_on`` (a node address), first waits until one more such task has finished on that node
-        than when called, polling; raises ``TimeoutError`` after ``timeout`` seconds.
+        With ``wait_on`` (a node address), first polls until that node has more such tasks than when called;
+        raises ``TimeoutError`` after ``timeout`` seconds. Ray reports task events about once a second.
         """
         code = f"""
 import collections, time
 from ray.util.state import list_nodes, list_tasks
-ips = {{n.node_id: n.node_ip for n in list_nodes(limit=100)}}
+ips = {{n.node_id: n.node_ip for n in list_nodes(address=address, limit=100)}}
 def count():
-    tasks = list_tasks(filters=[("name", "=", {name!r}), ("state", "=", "FINISHED")], limit=10000)
+    tasks = list_tasks(address=address, filters=[("name", "=", {name!r}), ("state", "=", {state!r})], limit=10000)
     return collections.Counter(ips.get(t.node_id, "") for t in tasks)
 result = count()
 if {wait_on!r} is not None:
     before, deadline = result[{wait_on!r}], time.monotonic() + {timeout!r}
     while result[{wait_on!r}] == before:
         if time.monotonic() > deadline:
-            raise TimeoutError("no {name} task finished on {wait_on} within {timeout:g} s")
-        time.sleep(0.2)
+            raise TimeoutError("no new {state} {name} task on {wait_on} within {timeout:g} s")
+        time.sleep(0.1)
         result = count()
 """
         counts: dict[str, int] = self.query(code, timeout=timeout + 60)

@@ -126,9 +126,9 @@ def predictor_nodes(cluster: NetnsCluster, known: Collection[str] = ()) -> dict[
     }
 
 
-def batches_by_node(cluster: NetnsCluster, wait_on: str | None = None) -> Counter[str]:
-    """Batches computed so far (finished actor tasks of corpus jobs), by node address."""
-    return Counter(cluster.finished_tasks(PREDICTOR_TASK, wait_on=wait_on, timeout=JOB_TIMEOUT_S))
+def predictor_tasks(cluster: NetnsCluster, state: str = "FINISHED", wait_on: str | None = None) -> Counter[str]:
+    """The corpus jobs' actor tasks (each computes one or more batches) in ``state``, by node address."""
+    return Counter(cluster.tasks(PREDICTOR_TASK, state, wait_on=wait_on, timeout=JOB_TIMEOUT_S))
 
 
 def assert_no_partial_files(directory: Path) -> None:
@@ -140,7 +140,7 @@ def test_batch_with_actors_on_both_nodes_equals_the_local_job(
     two_nodes: NetnsCluster, tiny_export: Path, corpus: Path, tmp_path: Path
 ) -> None:
     two_nodes.ensure_worker()
-    known, batches_before = set(predictor_nodes(two_nodes)), batches_by_node(two_nodes)
+    known, finished_before = set(predictor_nodes(two_nodes)), predictor_tasks(two_nodes)
     expected = local_job(tiny_export, corpus, tmp_path / "local.parquet")
     output = tmp_path / "two-nodes.parquet"
     argv = batch_argv(tiny_export, corpus, output, two_nodes.address)
@@ -152,19 +152,20 @@ def test_batch_with_actors_on_both_nodes_equals_the_local_job(
     assert_same_rows(output, expected)  # every id once, fp32 within 1e-5, the same rejects
     assert_no_partial_files(tmp_path)
     assert sorted(predictor_nodes(two_nodes, known).values()) == [HEAD_IP, WORKER_IP]  # one actor on each node
-    computed = batches_by_node(two_nodes) - batches_before
-    assert set(computed) == {HEAD_IP, WORKER_IP}, computed  # and both computed
+    finished = predictor_tasks(two_nodes) - finished_before
+    assert set(finished) == {HEAD_IP, WORKER_IP}, finished  # and both computed
 
 
 def test_worker_node_lost_mid_job_still_gives_every_row_once(
     two_nodes: NetnsCluster, tiny_export: Path, long_corpus: Path, tmp_path: Path
 ) -> None:
-    """Ray Data restarts the lost actor (``max_restarts=-1``) and retries its batch (``max_task_retries=-1``);
-    Ray retries lost read and write tasks and rebuilds lost blocks from their lineage. The restarted actor
-    cannot be placed (the head's one CPU is taken), so the head's actor finishes the job. The sink's id check
-    would refuse to commit a lost or doubled row."""
+    """The worker node is killed while its actor computes a batch. Ray Data restarts the lost actor
+    (``max_restarts=-1``) and retries its batch (``max_task_retries=-1``); Ray retries lost read and write
+    tasks and rebuilds lost blocks from their lineage. The restarted actor cannot be placed (the head's one
+    CPU is taken), so the head's actor finishes the job. The sink's id check would refuse to commit a lost
+    or doubled row."""
     two_nodes.ensure_worker()
-    batches_before = batches_by_node(two_nodes)
+    finished_before = predictor_tasks(two_nodes)
     expected = local_job(tiny_export, long_corpus, tmp_path / "local.parquet")
     output = tmp_path / "lost-node.parquet"
     stderr = tmp_path / "job.stderr"
@@ -172,9 +173,10 @@ def test_worker_node_lost_mid_job_still_gives_every_row_once(
     with open(stderr, "w", encoding="utf-8") as err:
         job = two_nodes.popen(two_nodes.head_ns, argv, stdout=subprocess.PIPE, stderr=err)
     try:
-        before_loss = batches_by_node(two_nodes, wait_on=WORKER_IP) - batches_before  # the worker computed a batch
+        running = predictor_tasks(two_nodes, "RUNNING", wait_on=WORKER_IP)  # the worker's actor is computing
         assert job.poll() is None, f"the job ended before the node could be lost:\n{stderr.read_text()[-3000:]}"
         two_nodes.kill_worker()
+        lost = time.monotonic()
         out, _ = job.communicate(timeout=JOB_TIMEOUT_S)
     finally:
         if job.poll() is None:
@@ -185,9 +187,12 @@ def test_worker_node_lost_mid_job_still_gives_every_row_once(
     assert (summary["rows"], summary["outputs"]) == (LONG_CORPUS_ROWS, LONG_CORPUS_ROWS - len(BAD_LINES))
     assert_same_rows(output, expected)
     assert_no_partial_files(tmp_path)
-    after_loss = batches_by_node(two_nodes) - batches_before - before_loss
-    assert after_loss[HEAD_IP] > 0, (before_loss, after_loss)  # the head went on alone
-    print(f"batches before the loss {dict(before_loss)}, after {dict(after_loss)}; job {summary['seconds']:.1f} s")
+    finished = predictor_tasks(two_nodes) - finished_before
+    assert finished[HEAD_IP] > 0, finished
+    after = time.monotonic() - lost
+    print(
+        f"job {summary['seconds']:.1f} s ({after:.1f} s after the loss); tasks running {running}, finished {finished}"
+    )
 
 
 def test_serve_replicas_on_both_nodes_answer_as_bertonnx_serve_and_survive_a_node_loss(
