@@ -38,6 +38,20 @@ HEAD_IP = "10.213.0.1"
 WORKER_IP = "10.213.0.2"
 PREFIX_LEN = 24
 GCS_PORT = 6379
+#: The ports `ray start` would otherwise pick at random, pinned as the README's multi-machine set-up pins
+#: them, so that its list of ports to open between machines is the one these nodes use.
+NODE_PORTS = {
+    "--node-manager-port": 6380,
+    "--object-manager-port": 6381,
+    "--runtime-env-agent-port": 6382,
+    "--dashboard-agent-grpc-port": 6383,
+    "--dashboard-agent-listen-port": 6384,
+    "--metrics-export-port": 6385,
+}
+#: Where Ray's worker processes (and drivers) listen: `ray start`'s default --min/--max-worker-port.
+WORKER_PORTS = range(10002, 20000)
+#: Every port one node may connect to on another: the README's list.
+OPEN_PORTS = frozenset({GCS_PORT, *NODE_PORTS.values(), *WORKER_PORTS})
 #: Each node's share of the machine: one CPU each (two nodes = the 2 CPUs of the CI machine), a small object store.
 NODE_CPUS = 1
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
@@ -93,7 +107,10 @@ class NetnsCluster:
         root: the temp directory holding the token and the nodes' Ray temp directories.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nodes: int = 2, cpus: int = NODE_CPUS, env: Mapping[str, str] = {}) -> None:
+        if nodes not in (1, 2):
+            raise ValueError(f"nodes must be 1 or 2, got {nodes!r}")
+        self.nodes, self.cpus = nodes, cpus
         tag = f"{os.getpid()}-{secrets.token_hex(2)}"
         self.head_ns = f"bertonnx-head-{tag}"
         self.worker_ns = f"bertonnx-worker-{tag}"
@@ -108,6 +125,7 @@ class NetnsCluster:
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": str(self.token_path),  # the cluster's token; ~/.ray/auth_token by default
             "RAY_USAGE_STATS_ENABLED": "0",
+            **env,
         }
         self._namespaces: list[str] = []
         self._workers_started = 0
@@ -124,7 +142,8 @@ class NetnsCluster:
                 self.head_ns, "head", "--head", "--port", str(GCS_PORT), "--node-ip-address", HEAD_IP,
                 "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",  # the state API's server
             )  # fmt: skip
-            self.start_worker()
+            if self.nodes == 2:
+                self.start_worker()
         except BaseException:
             self.close()
             raise
@@ -135,7 +154,7 @@ class NetnsCluster:
 
     def _make_network(self) -> None:
         head_end, worker_end = self._veth
-        for ns in (self.head_ns, self.worker_ns):
+        for ns in (self.head_ns, self.worker_ns):  # with one node, the worker's namespace stays empty
             _ip("netns", "add", ns)
             self._namespaces.append(ns)
             _ip("-n", ns, "link", "set", "lo", "up")
@@ -148,8 +167,9 @@ class NetnsCluster:
     def _ray_start(self, ns: str, label: str, *args: str) -> None:
         log = self.root / f"{label}.log"
         command = [
-            *RAY_CLI, "start", *args, "--num-cpus", str(NODE_CPUS), "--object-store-memory",
+            *RAY_CLI, "start", *args, "--num-cpus", str(self.cpus), "--object-store-memory",
             str(OBJECT_STORE_BYTES), "--temp-dir", str(self.root / label), "--disable-usage-stats",
+            *(str(word) for flag in NODE_PORTS.items() for word in flag),
         ]  # fmt: skip
         with open(log, "w", encoding="utf-8") as out:
             code = subprocess.run(
@@ -244,6 +264,20 @@ class NetnsCluster:
             raise RuntimeError(f"the query driver failed:\n{result.stderr[-3000:]}")
         return json.loads(result.stdout.splitlines()[-1])
 
+    def node_connections(self) -> list[tuple[int, int]]:
+        """TCP connections between the two nodes seen from the worker's side, open or closed in the last
+        minute (``TIME-WAIT``), as (worker port, head port)."""
+        result = subprocess.run(
+            self.command(self.worker_ns, ["ss", "-Htan"]), capture_output=True, text=True, timeout=30, check=True
+        )
+        pairs = []
+        for line in result.stdout.splitlines():
+            local, peer = line.split()[3:5]
+            (local_ip, local_port), (peer_ip, peer_port) = (end.rsplit(":", 1) for end in (local, peer))
+            if local_ip.strip("[]").endswith(WORKER_IP) and peer_ip.strip("[]").endswith(HEAD_IP):
+                pairs.append((int(local_port), int(peer_port)))
+        return pairs
+
     def alive_node_ips(self) -> list[str]:
         """The addresses of the nodes the head counts alive (from the GCS)."""
         ips: list[str] = self.query("result = sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])")
@@ -285,3 +319,39 @@ if {wait_on!r} is not None:
 """
         counts: dict[str, int] = self.query(code, timeout=timeout + 60)
         return counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.netns_cluster [--nodes 2] [--cpus 1] [-- COMMAND ...]`` (as root): the same cluster by hand.
+
+    Runs COMMAND in the head's namespace with the cluster's environment (``{address}`` in it becomes the
+    head's address), then tears the cluster down; without COMMAND, prints how to reach the cluster and
+    waits for Ctrl-C. Used for ``benchmarks/SCALING.md``'s one-node against two-node runs.
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.netns_cluster", description=main.__doc__)
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=2)
+    parser.add_argument("--cpus", type=int, default=NODE_CPUS, help="CPUs of each node (Ray's --num-cpus)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run in the head's namespace, then tear down")
+    args = parser.parse_args(argv)
+    reason = why_unavailable()
+    if reason is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
+    command = [word.replace("{address}", f"{HEAD_IP}:{GCS_PORT}") for word in args.command if word != "--"]
+    with NetnsCluster(args.nodes, args.cpus, env={"RAY_worker_niceness": "0"}) as cluster:
+        if command:
+            return subprocess.run(cluster.command(cluster.head_ns, command), env=cluster.env).returncode
+        print(f"cluster up: head {cluster.address} in namespace {cluster.head_ns}; run drivers with", file=sys.stderr)
+        print(f"  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH={cluster.token_path} ip netns exec {cluster.head_ns} ...")
+        print("Ctrl-C tears it down", file=sys.stderr)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

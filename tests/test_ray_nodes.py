@@ -29,7 +29,7 @@ import pytest
 from bertonnx.corpus import TaskOptions
 from bertonnx.corpus.job import run_local_job
 
-from .netns_cluster import HEAD_IP, WORKER_IP, NetnsCluster, why_unavailable
+from .netns_cluster import HEAD_IP, OPEN_PORTS, WORKER_IP, NetnsCluster, why_unavailable
 from .test_ray import BAD_LINES, SERVE_REQUESTS, WORDS, assert_same_json, assert_same_rows, free_port, post
 
 pytestmark = pytest.mark.slow
@@ -154,6 +154,25 @@ def test_batch_with_actors_on_both_nodes_equals_the_local_job(
     assert sorted(predictor_nodes(two_nodes, known).values()) == [HEAD_IP, WORKER_IP]  # one actor on each node
     finished = predictor_tasks(two_nodes) - finished_before
     assert set(finished) == {HEAD_IP, WORKER_IP}, finished  # and both computed
+    connections = two_nodes.node_connections()  # the README's ports to open are the ports the nodes used
+    assert connections
+    assert [(w, h) for w, h in connections if w not in OPEN_PORTS and h not in OPEN_PORTS] == []
+
+
+def test_serve_refuses_proxies_it_cannot_start_or_move(two_nodes: NetnsCluster, tiny_export: Path) -> None:
+    """Serve runs a proxy on every node with a replica, each binding ``--host``, and keeps its first HTTP
+    options while it runs; both traps end in one line at once, not in a two-minute wait for ``/ready``."""
+    two_nodes.ensure_worker()
+    serve = [*BERTONNX, "serve", str(tiny_export), "--ray", two_nodes.address]
+    one_node = two_nodes.run(two_nodes.head_ns, [*serve, "--host", HEAD_IP, "--port", str(SERVE_PORT)], timeout=120)
+    assert one_node.returncode == 2, one_node.stderr[-3000:]
+    assert f"--host {HEAD_IP} is an address of one machine" in one_node.stderr
+    assert "use --host 0.0.0.0" in one_node.stderr
+    code = f"from ray import serve\nserve.start(http_options={{'host': '0.0.0.0', 'port': {SERVE_PORT}}})\nresult = 0"
+    two_nodes.query(code)  # Serve now runs on the cluster (its controller outlives the driver)
+    moved = two_nodes.run(two_nodes.head_ns, [*serve, "--host", "0.0.0.0", "--port", str(SERVE_PORT + 1)], timeout=120)
+    assert moved.returncode == 2, moved.stderr[-3000:]
+    assert f"Ray Serve already runs on this cluster with its proxies at 0.0.0.0:{SERVE_PORT}" in moved.stderr
 
 
 def test_worker_node_lost_mid_job_still_gives_every_row_once(

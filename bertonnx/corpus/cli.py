@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 __all__ = ["BATCH_COMMAND", "main", "task_options"]
 
 EPILOG = (
-    "Multi-machine: `ray start --head` on one node, `ray start --address HEAD:6379` on the others, then "
-    "`bertonnx batch ... --ray auto` on the driver. Paths must be readable (input, model) and writable (output) "
-    "at the same place on every node."
+    "Multi-machine (Ray 2.60): RAY_AUTH_MODE=token and the head's ~/.ray/auth_token on every node; `ray start "
+    "--head` on one node, `ray start --address HEAD:6379` on the others, then `bertonnx batch ... --ray "
+    "HEAD:6379` on any node. Paths must be readable (input, model) and writable (output) at the same place on "
+    "every node. The README lists the ports to open."
 )
 
 

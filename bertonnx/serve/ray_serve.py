@@ -130,6 +130,50 @@ def wait_ready(url: str, replicas: int, timeout: float = READY_TIMEOUT_S) -> Non
             time.sleep(0.2)
 
 
+#: Addresses every node has, so that the proxy Ray Serve runs on each node can bind them.
+EVERY_NODE_HOSTS = ("0.0.0.0", "::", "127.0.0.1", "::1", "localhost")
+
+
+def _check_host(host: str) -> None:
+    """Refuse an address of one node on a cluster of several: Serve runs a proxy on every node with a
+    replica, each binding ``--host``, and the others would fail to bind and restart in a loop.
+
+    Raises:
+        ValueError: ``host`` is a specific address and the cluster has more than one node.
+    """
+    import ray
+
+    nodes = len([node for node in ray.nodes() if node["Alive"]])  # type: ignore[no-untyped-call]
+    if nodes > 1 and host not in EVERY_NODE_HOSTS:
+        raise ValueError(
+            f"--host {host} is an address of one machine, but Ray Serve runs a proxy on each node of this "
+            f"{nodes}-node cluster and every proxy binds --host; use --host 0.0.0.0 (each proxy listens on its "
+            "own node's addresses) or 127.0.0.1 (each on its own loopback)"
+        )
+
+
+def _check_proxies(host: str, port: int) -> None:
+    """Refuse to wait for proxies that will not be at ``host:port``: Serve keeps the HTTP options it was
+    first started with while it runs on a cluster (a later ``serve.start`` only logs a warning).
+
+    Raises:
+        ValueError: Serve already runs on the cluster with other HTTP options.
+    """
+    try:  # Ray Serve has no public accessor for the running HTTP options; skip the check if it moved
+        from ray.serve.context import _get_global_client
+
+        running = _get_global_client().http_config  # type: ignore[union-attr]  # raises if Serve is not running
+        running_host, running_port = str(running.host), int(running.port)
+    except (ImportError, AttributeError):
+        return
+    if (running_host, running_port) != (host, port):
+        raise ValueError(
+            f"Ray Serve already runs on this cluster with its proxies at {running_host}:{running_port} and keeps "
+            f"them while it runs, so --host {host} --port {port} cannot apply; pass --host {running_host} --port "
+            f"{running_port}, or shut Serve down first (`serve.shutdown()` in a driver connected to the cluster)"
+        )
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -154,9 +198,16 @@ def serve_on_ray(args: argparse.Namespace, options: ServeOptions) -> int:
     from ray import serve
 
     ray.init(address=args.ray or None, include_dashboard=False)
+    try:
+        _check_host(args.host)
+        serve.start(http_options={"host": args.host, "port": args.port})
+        _check_proxies(args.host, args.port)
+    except ValueError as exc:
+        print(f"error (options): {exc}", file=sys.stderr)
+        ray.shutdown()
+        return EXIT_USAGE
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the deployment as Ctrl-C does
     try:
-        serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(app, name=APP_NAME, route_prefix="/")
         url = f"http://{args.host}:{args.port}"
         wait_ready(url, args.replicas)
