@@ -7,8 +7,8 @@ Drivers run on the head node. Checked: the job's rows equal the local job's with
 worker node lost mid-job still gives every row exactly once; Ray Serve replicas on both nodes answer as
 ``bertonnx serve`` does, and the head keeps answering when the worker node goes away.
 
-Slow (about two minutes: two ``ray start``, three jobs, one deployment, two node losses). Needs root and
-iproute2 (CI has both); skipped otherwise, saying why.
+Slow: 2.5 min on a loaded 2-core machine (three ``ray start``, three jobs, one deployment, two node losses).
+Needs root and iproute2 (CI has both); skipped otherwise, saying why.
 """
 
 from __future__ import annotations
@@ -269,6 +269,9 @@ def test_serve_replicas_on_both_nodes_answer_as_bertonnx_serve_and_survive_a_nod
         assert_same_json(rounds, [expected] * len(rounds))
         two_nodes.wait_worker_dead()
         assert_same_json(answers(HEAD_IP), [expected])
+        print(
+            f"{len(rounds)} rounds of {len(SERVE_REQUESTS)} requests answered in the {AFTER_LOSS_S:g} s after the loss"
+        )
     finally:
         served.send_signal(signal.SIGTERM)  # deletes the application; Serve itself stays on the cluster
         plain.terminate()

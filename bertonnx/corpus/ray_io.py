@@ -137,6 +137,8 @@ class CorpusDatasink(Datasink[dict[str, int]]):
 
     def on_write_complete(self, write_result: WriteResult[dict[str, int]]) -> None:
         self.staging.mkdir(exist_ok=True)
+        for leftover in self.staging.glob(".*.partial-*"):  # temp files of write tasks lost with their node
+            leftover.unlink()
         parts = sorted(self.staging.glob("part-*.parquet"))
         if not parts:  # an empty input: one empty file carrying the schema
             with AtomicParquetWriter(self.staging / "part-000000.parquet", self.schema) as empty:
