@@ -77,8 +77,8 @@ def why_unavailable() -> str | None:
         return "a two-node cluster on one machine needs Linux network namespaces"
     if os.geteuid() != 0:
         return "creating network namespaces needs root (CI runs as root)"
-    if shutil.which("ip") is None:
-        return "iproute2's `ip` command is missing (apt-get install iproute2)"
+    if shutil.which("ip") is None or shutil.which("ss") is None:
+        return "iproute2's `ip` and `ss` commands are missing (apt-get install iproute2)"
     probe = f"bertonnx-probe-{os.getpid()}-{secrets.token_hex(2)}"
     try:
         _ip("netns", "add", probe)
