@@ -205,6 +205,25 @@ def test_cli_ray_flag_before_dir(
     assert "the cluster has 2" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("cluster")
+def test_a_job_ray_cannot_finish_stops_with_one_line_and_writes_nothing(
+    tiny_export: Path, corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure beyond Ray's retries (here: raised where the job writes) is Ray's, named as such, not a bug."""
+
+    def lost(*args: object, **kwargs: object) -> None:
+        raise ray.exceptions.RaySystemError("the node holding a block died\nmore detail")
+
+    monkeypatch.setattr(ray.data.Dataset, "write_datasink", lost)
+    output = tmp_path / "ray.parquet"
+    code = main(["batch", str(tiny_export), "--input", str(corpus), "--output", str(output), "--ray", "--actors", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("bertonnx batch: error: the Ray cluster could not finish the job (RaySystemError: System error: ")
+    assert err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

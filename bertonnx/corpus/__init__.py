@@ -18,7 +18,7 @@ from ..extras import require_extra
 
 if TYPE_CHECKING:
     from .compute import TASKS, TaskOptions, output_schema
-    from .errors import BadRowError, CorpusFileError
+    from .errors import BadRowError, CorpusFileError, RayJobError
     from .predictor import BertOnnxPredictor
     from .readers import read_metadata, read_output
 
@@ -28,6 +28,7 @@ _LAZY = {
     "output_schema": ".compute",
     "BadRowError": ".errors",
     "CorpusFileError": ".errors",
+    "RayJobError": ".errors",
     "BertOnnxPredictor": ".predictor",
     "read_metadata": ".readers",
     "read_output": ".readers",
@@ -38,6 +39,7 @@ __all__ = [
     "BadRowError",
     "BertOnnxPredictor",
     "CorpusFileError",
+    "RayJobError",
     "TaskOptions",
     "output_schema",
     "read_metadata",

@@ -23,6 +23,7 @@ from ..command import ArgumentParser, Command, CommandError, optional_address_ar
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
+from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
 
 if TYPE_CHECKING:
@@ -124,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         summary = _run(args)
+    except RayJobError as exc:  # the cluster's failure, not a bug: one line, exit 2
+        raise CommandError(str(exc)) from exc
     except KeyboardInterrupt:
         raise CommandError(
             "interrupted: no output written (the previous output, if any, is unchanged)", EXIT_INTERRUPTED

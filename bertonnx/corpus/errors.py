@@ -1,8 +1,9 @@
-"""Errors of a corpus job: a bad input file (the whole job cannot run) and a bad row (one input cannot)."""
+"""Errors of a corpus job: a bad input file (the whole job cannot run), a bad row (one input cannot), and a
+Ray cluster that failed the job."""
 
 from __future__ import annotations
 
-__all__ = ["BadRowError", "CorpusFileError"]
+__all__ = ["BadRowError", "CorpusFileError", "RayJobError"]
 
 
 class CorpusFileError(ValueError):
@@ -28,3 +29,8 @@ class BadRowError(ValueError):
 
     def __reduce__(self) -> tuple[type[BadRowError], tuple[int, str]]:  # survives pickling across Ray workers
         return (BadRowError, (self.row_id, self.reason))
+
+
+class RayJobError(RuntimeError):
+    """Ray could not finish a job: a node, worker or object was lost beyond what Ray retries, or the cluster
+    went away. Nothing was written; an older output is unchanged. The message names Ray's error."""

@@ -26,7 +26,7 @@ from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
 from .compute import TaskOptions, default_chunk_rows, output_schema
-from .errors import BadRowError, CorpusFileError
+from .errors import BadRowError, CorpusFileError, RayJobError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
 from .readers import open_input, plan_splits
@@ -80,6 +80,8 @@ def run_ray_job(
     Raises:
         ImportError: Ray is not installed.
         CorpusFileError, BadRowError, ModelDirectoryError, ValueError: as for the local job.
+        RayJobError: Ray could not finish the job (lost beyond its retries); nothing was written.
+        ConnectionError: the cluster at ``address`` cannot be joined.
     """
     require_extra("ray", "`bertonnx batch --ray`")
     import ray
@@ -145,8 +147,15 @@ def run_ray_job(
             sink = CorpusDatasink(output, schema, expected)
             try:
                 dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
-            except Exception as exc:  # noqa: BLE001 - Ray wraps a worker's exception; surface ours as they are
-                raise _user_error(exc) or exc from None
+            except Exception as exc:  # Ray wraps a worker's exception: surface ours as they are, name its own
+                user_error = _user_error(exc)
+                if user_error is None and isinstance(exc, ray.exceptions.RayError):
+                    reason = (str(exc).strip().splitlines() or [""])[0][:300]
+                    raise RayJobError(
+                        f"the Ray cluster could not finish the job ({type(exc).__name__}: {reason}); nothing was "
+                        "written and an older output is unchanged. Check the cluster (`ray status`) and rerun"
+                    ) from exc
+                raise user_error or exc from None
             finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
                 if sink.result is None:
                     remove(sink.staging)
