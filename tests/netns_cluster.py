@@ -60,11 +60,14 @@ KILL_TIMEOUT_S = 30.0
 RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
 #: Runs ``CODE`` in a driver connected to the cluster and prints its JSON result; see :meth:`NetnsCluster.query`.
 QUERY_DRIVER = """
-import json, logging, sys, ray
-ray.init(address=sys.argv[1], log_to_driver=False, logging_level=logging.ERROR)
-namespace = {"ray": ray, "address": sys.argv[1]}
-exec(sys.argv[2], namespace)
-print(json.dumps(namespace["result"]))
+import contextlib, json, logging, sys, ray
+with contextlib.redirect_stdout(sys.stderr):  # Ray prints its notices (a node marked dead) on stdout
+    ray.init(address=sys.argv[1], log_to_driver=False, logging_level=logging.ERROR)
+    namespace = {"ray": ray, "address": sys.argv[1]}
+    exec(sys.argv[2], namespace)
+    result = json.dumps(namespace["result"])
+    ray.shutdown()
+print(result)
 """
 
 
@@ -308,10 +311,10 @@ ips = {{n.node_id: n.node_ip for n in list_nodes(address=address, limit=100)}}
 def count():
     tasks = list_tasks(address=address, filters=[("name", "=", {name!r}), ("state", "=", {state!r})], limit=10000)
     return collections.Counter(ips.get(t.node_id, "") for t in tasks)
-result = count()
-if {wait_on!r} is not None:
-    before, deadline = result[{wait_on!r}], time.monotonic() + {timeout!r}
-    while result[{wait_on!r}] == before:
+result, wait_on = count(), {wait_on!r}
+if wait_on is not None:
+    before, deadline = result[wait_on], time.monotonic() + {timeout!r}
+    while result[wait_on] == before:
         if time.monotonic() > deadline:
             raise TimeoutError("no new {state} {name} task on {wait_on} within {timeout:g} s")
         time.sleep(0.1)

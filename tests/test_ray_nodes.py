@@ -38,16 +38,34 @@ pytestmark = pytest.mark.slow
 BERTONNX = [sys.executable, "-c", "import sys; from bertonnx.cli import main; sys.exit(main(sys.argv[1:]))"]
 CHUNK_ROWS = 64
 CORPUS_ROWS = 400
-#: Rows of the job that loses a node: long enough that the kill lands mid-job (~94 batches of 64).
-LONG_CORPUS_ROWS = 6000
+#: Rows of the job that loses a node (~63 batches of 64).
+LONG_CORPUS_ROWS = 4000
 JOB_TIMEOUT_S = 240.0
 SERVE_PORT = 8000  # inside the namespaces: free there whatever runs on the machine
 SERVE_READY_TIMEOUT_S = 180.0
 #: Seconds of requests through the head after the worker node is killed: past the head's verdict (~15 s).
 AFTER_LOSS_S = 25.0
 PREDICTOR_ACTOR = "MapWorker(MapBatches(BertOnnxPredictor))"
-PREDICTOR_TASK = f"{PREDICTOR_ACTOR}.submit"
 REPLICA_ACTOR = "ServeReplica:bertonnx:bertonnx"
+
+#: Seconds each batch of the job that loses a node sleeps: ~63 batches over 2 actors last >= 6 s.
+SLEEP_PER_BATCH_S = 0.2
+#: ``run_ray_job`` with a predictor that sleeps per batch (defined in ``__main__``, so Ray ships it by value).
+SLOW_JOB = f"""
+import json, sys, time
+from bertonnx.corpus import BertOnnxPredictor, TaskOptions
+from bertonnx.corpus.ray_job import run_ray_job
+
+class SlowPredictor(BertOnnxPredictor):
+    def __call__(self, batch):
+        time.sleep({SLEEP_PER_BATCH_S})
+        return super().__call__(batch)
+
+model, corpus, output, address = sys.argv[1:]
+summary = run_ray_job(model, corpus, output, TaskOptions(on_error="skip"), address=address, actors=2,
+                      chunk_rows={CHUNK_ROWS}, progress=False, predictor=SlowPredictor)
+print(json.dumps(summary.as_dict()))
+"""
 
 #: Posts ``[[path, body], ...]`` (stdin) to ``BASE`` in rounds for at least ``SECONDS``; prints every
 #: round's ``[status, json]`` answers (``[null, error]`` when no HTTP answer came). Runs in a namespace.
@@ -126,9 +144,12 @@ def predictor_nodes(cluster: NetnsCluster, known: Collection[str] = ()) -> dict[
     }
 
 
-def predictor_tasks(cluster: NetnsCluster, state: str = "FINISHED", wait_on: str | None = None) -> Counter[str]:
+def predictor_tasks(
+    cluster: NetnsCluster, state: str = "FINISHED", wait_on: str | None = None, predictor: str = "BertOnnxPredictor"
+) -> Counter[str]:
     """The corpus jobs' actor tasks (each computes one or more batches) in ``state``, by node address."""
-    return Counter(cluster.tasks(PREDICTOR_TASK, state, wait_on=wait_on, timeout=JOB_TIMEOUT_S))
+    name = f"MapWorker(MapBatches({predictor})).submit"
+    return Counter(cluster.tasks(name, state, wait_on=wait_on, timeout=JOB_TIMEOUT_S))
 
 
 def assert_no_partial_files(directory: Path) -> None:
@@ -182,17 +203,18 @@ def test_worker_node_lost_mid_job_still_gives_every_row_once(
     (``max_restarts=-1``) and retries its batch (``max_task_retries=-1``); Ray retries lost read and write
     tasks and rebuilds lost blocks from their lineage. The restarted actor cannot be placed (the head's one
     CPU is taken), so the head's actor finishes the job. The sink's id check would refuse to commit a lost
-    or doubled row."""
+    or doubled row. The job runs through ``run_ray_job`` with a predictor that sleeps per batch, so that it
+    lasts long enough to lose a node in, however fast the machine."""
     two_nodes.ensure_worker()
-    finished_before = predictor_tasks(two_nodes)
+    finished_before = predictor_tasks(two_nodes, predictor="SlowPredictor")
     expected = local_job(tiny_export, long_corpus, tmp_path / "local.parquet")
     output = tmp_path / "lost-node.parquet"
     stderr = tmp_path / "job.stderr"
-    argv = batch_argv(tiny_export, long_corpus, output, two_nodes.address)
+    driver = [sys.executable, "-c", SLOW_JOB, str(tiny_export), str(long_corpus), str(output), two_nodes.address]
     with open(stderr, "w", encoding="utf-8") as err:
-        job = two_nodes.popen(two_nodes.head_ns, argv, stdout=subprocess.PIPE, stderr=err)
+        job = two_nodes.popen(two_nodes.head_ns, driver, stdout=subprocess.PIPE, stderr=err)
     try:
-        running = predictor_tasks(two_nodes, "RUNNING", wait_on=WORKER_IP)  # the worker's actor is computing
+        running = predictor_tasks(two_nodes, "RUNNING", WORKER_IP, "SlowPredictor")  # the worker's actor computes
         assert job.poll() is None, f"the job ended before the node could be lost:\n{stderr.read_text()[-3000:]}"
         two_nodes.kill_worker()
         lost = time.monotonic()
@@ -206,7 +228,7 @@ def test_worker_node_lost_mid_job_still_gives_every_row_once(
     assert (summary["rows"], summary["outputs"]) == (LONG_CORPUS_ROWS, LONG_CORPUS_ROWS - len(BAD_LINES))
     assert_same_rows(output, expected)
     assert_no_partial_files(tmp_path)
-    finished = predictor_tasks(two_nodes) - finished_before
+    finished = predictor_tasks(two_nodes, predictor="SlowPredictor") - finished_before
     assert finished[HEAD_IP] > 0, finished
     after = time.monotonic() - lost
     print(
