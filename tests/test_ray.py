@@ -219,7 +219,7 @@ def test_a_job_ray_cannot_finish_stops_with_one_line_and_writes_nothing(
     code = main(["batch", str(tiny_export), "--input", str(corpus), "--output", str(output), "--ray", "--actors", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("bertonnx batch: error: the Ray cluster could not finish the job (RaySystemError: System error: ")
+    assert err.startswith("bertonnx batch: error: the Ray cluster could not finish the job (RaySystemError: ")
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
 

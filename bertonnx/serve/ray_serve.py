@@ -183,6 +183,10 @@ def serve_on_ray(args: argparse.Namespace, options: ServeOptions) -> int:
 
     ``args`` are ``bertonnx serve``'s (:func:`bertonnx.serve.arguments.add_serve_arguments`), ``options``
     built from them by :func:`bertonnx.serve.arguments.serve_options`, as for the plain server.
+
+    Raises:
+        ValueError: ``--host`` is an address of one node of a multi-node cluster, or Serve already runs on the
+            cluster with another ``--host``/``--port``.
     """
     threads = args.threads or 1
     app = deployment(
@@ -202,10 +206,9 @@ def serve_on_ray(args: argparse.Namespace, options: ServeOptions) -> int:
         _check_host(args.host)
         serve.start(http_options={"host": args.host, "port": args.port})
         _check_proxies(args.host, args.port)
-    except ValueError as exc:
-        print(f"error (options): {exc}", file=sys.stderr)
+    except ValueError:  # the command prints it in one line (exit 2)
         ray.shutdown()
-        return EXIT_USAGE
+        raise
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the deployment as Ctrl-C does
     try:
         serve.run(app, name=APP_NAME, route_prefix="/")
