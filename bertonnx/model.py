@@ -188,8 +188,12 @@ class BertOnnx:
         output_names = [o.name for o in self.session.get_outputs()]
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(OUTPUT_NAMES) - set(output_names):
-            raise ModelDirectoryError(f"{model_path} gives outputs {output_names}; expected {list(OUTPUT_NAMES)}")
+        if set(manifest.graph_outputs) - set(output_names):
+            raise ModelDirectoryError(
+                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
+            )
+        #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
         if manifest.random_weights:
             note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
             warnings.warn(
@@ -285,7 +289,7 @@ class BertOnnx:
             )
         return encodings
 
-    def run_batch(self, batch: Batch, outputs: Sequence[str] = OUTPUT_NAMES) -> dict[str, np.ndarray]:
+    def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run one padded batch and return the requested graph outputs (rows in the batch's order).
 
         Args:
@@ -296,9 +300,10 @@ class BertOnnx:
         Raises:
             ValueError: an unknown output name.
         """
-        unknown = [name for name in outputs if name not in OUTPUT_NAMES]
+        outputs = self._outputs if outputs is None else outputs
+        unknown = [name for name in outputs if name not in self._outputs]
         if unknown:
-            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(OUTPUT_NAMES)}")
+            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(self._outputs)}")
         feeds = {name: getattr(batch, name) for name in self._input_names}
         values = self.session.run(list(outputs), feeds, self._run_options)
         if self.options.release_memory:
@@ -343,7 +348,7 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
-        names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
+        names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
         lengths: list[np.ndarray] = []
         indices: list[np.ndarray] = []
         outputs: dict[str, list[np.ndarray]] = {name: [] for name in OUTPUT_NAMES}
@@ -368,8 +373,10 @@ class BertOnnx:
         all_lengths[order] = np.concatenate(lengths) if lengths else all_lengths
         pooled = {}
         for name, width in (("pooler_output", self.hidden_size), ("nsp_logits", 2)):
+            if name not in self._outputs:  # the export has no such head: zero columns, never made-up values
+                width = 0
             array = np.zeros((n, width), dtype=np.float32)
-            if n:
+            if n and width:
                 array[order] = np.concatenate(outputs[name])
             pooled[name] = array
         hidden = None
@@ -422,6 +429,11 @@ class BertOnnx:
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
+        if "nsp_logits" not in self._outputs:
+            raise ValueError(
+                f"this export has no NSP head; it was exported from {self.manifest.architecture}. Export a "
+                "BertForPreTraining or BertForNextSentencePrediction checkpoint for next-sentence prediction."
+            )
         out = self(
             text_a,
             text_b,
