@@ -251,7 +251,9 @@ def load_source(
             directory = _download(model, revision)
             return _from_directory(directory, model, "hub", directory.name, "random", seed, allow_random_heads, forced)
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
-        return _from_directory(directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced)
+        return _from_directory(
+            directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced, task is not None
+        )
     try:
         directory = _download(model, revision)
     except ExportError as exc:
@@ -265,7 +267,9 @@ def load_source(
             flush=True,
         )
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
-        return _from_directory(BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced)
+        return _from_directory(
+            BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced, task is not None
+        )
     return _from_directory(directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads, forced)
 
 
@@ -329,6 +333,7 @@ def _from_directory(
     seed: int,
     allow_random_heads: bool,
     forced: HeadRow | None = None,
+    by_task: bool = True,
 ) -> Source:
     import transformers
 
@@ -345,7 +350,9 @@ def _from_directory(
     notes = []
     declared = list(getattr(config, "architectures", None) or [])
     if declared and row.architecture not in declared:
-        how = "--task" if forced is not None else "the heads its weights hold"
+        how = "the heads its weights hold"
+        if forced is not None:
+            how = "--task" if by_task else "the heads of its published weights"
         notes.append(f"exporting {row.architecture} ({how}); config.json says {', '.join(declared)}")
     model_class = getattr(transformers, row.architecture)
     if weights == "random":
