@@ -104,6 +104,16 @@ def _inspect_arguments(parser: ArgumentParser) -> None:
     _add_json(parser)
 
 
+#: Parameter counts an export may hold beside the base model (``bertonnx.info.count_parameters``).
+_PART_LABELS = {
+    "pooler": "pooler",
+    "nsp_head": "NSP head",
+    "classifier_head": "classifier",
+    "token_classifier_head": "token classifier",
+    "qa_head": "QA head",
+}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
@@ -121,8 +131,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"parameters        (counted from {facts['parameters']['counted_from']})",
         f"  BertModel       {_fmt(p['bert_model'])}",
         f"  token embedding {_fmt(p['token_embeddings'])}",
-        f"  pooler          {_fmt(p['pooler'])}",
-        f"  NSP head        {_fmt(p['nsp_head'])}",
+        *(f"  {label:<15} {_fmt(p[key])}" for key, label in _PART_LABELS.items() if key in p),
         f"  graph total     {_fmt(p['exported_total'])}",
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),

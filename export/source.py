@@ -280,7 +280,10 @@ def _weight_names(path: Path) -> list[str]:
 
         with safe_open(str(path), framework="pt") as handle:
             return list(handle.keys())
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - a legacy (non-zip) pickle cannot be memory-mapped; read it whole
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
     return list(state)
 
 
@@ -392,9 +395,9 @@ def _from_directory(
         raise ExportError(
             f"{directory} has no trained {' or '.join(random_heads)} head (missing {missing_text}) for "
             f"{row.architecture}. Exporting it would give made-up {' and '.join(random_heads)} answers. "
-            f"Export what the checkpoint holds (without --task, or --task feature-extraction for the encoder "
-            "alone), or pass --allow-random-heads to seed the missing head(s) and record them as seeded in "
-            "the manifest."
+            + ("Leave out --task to export the class the checkpoint holds, " if forced is not None else "")
+            + "Pass --task feature-extraction to export the encoder alone, or --allow-random-heads to seed the "
+            "missing head(s) and record them as seeded in the manifest."
         )
     for offset, head in enumerate(random_heads, start=1):
         _seeded_init(net, seed + offset, std, only=set(head_keys[head]))

@@ -328,3 +328,18 @@ def test_bert_base_pretraining_export_keeps_the_mlm_head(tmp_path: Path) -> None
     with torch.inference_mode():
         reference = source.model(**{k: torch.from_numpy(v) for k, v in feeds.items()}).prediction_logits[0, masks]
     np.testing.assert_allclose(logits, reference.numpy(), atol=EXACT_ATOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_minilm_exports_as_an_embedding_model_without_flags(minilm_checkpoint: Path, tmp_path: Path) -> None:
+    """Real all-MiniLM-L6-v2 weights (a BertModel): no flag needed, no head invented, no warning on load."""
+    outdir = tmp_path / "minilm"
+    manifest = run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint), variants=("fp32",)), log=_quiet)
+    assert manifest["task"]["architecture"] == "BertModel"
+    assert manifest["task"]["heads"] == {"pooler": "trained"}
+    assert manifest["weights"] == {"kind": "pretrained", "seed": None, "random_heads": [], "note": None}
+    assert manifest["variants"]["fp32"]["parity"]["passed"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = BertOnnx(outdir, "fp32")
+    assert model.embed(["a sentence"], pooling="mean").shape == (1, 384)
