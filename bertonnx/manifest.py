@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelDirectoryError
+from .errors import ModelDirectoryError, VariantMissingError
 
 __all__ = [
     "BF16_PRECISION",
@@ -305,6 +305,11 @@ class Manifest:
         graph = self.data.get("graph") or {}
         outputs = graph.get("outputs")
         return tuple(str(o["name"]) for o in outputs) if outputs else OUTPUT_NAMES
+
+    def require_variant(self, variant: str) -> None:
+        """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``."""
+        if variant not in self.data["variants"]:
+            raise VariantMissingError(self.directory, variant, list(self.data["variants"]))
 
     def variant_files(self, variant: str) -> list[str]:
         """The files of ``variant``: its graph, then its external-data file when it has one."""

@@ -27,12 +27,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from tokenizers import Encoding
 
+from ..errors import RequestTooLargeError
 from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..options import RuntimeOptions
 from ..version import __version__
 from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
-from .errors import ERROR_STATUS, ServeError, error_body, validation_message
+from .errors import CORE_ERRORS, ERROR_STATUS, ServeError, error_body, from_core, validation_message
 from .kserve import BINARY_HEADER, INPUT_DATATYPE, OUTPUT_DATATYPE, decode_body, encode_response, parse_infer_request
 from .metrics import CONTENT_TYPE, ServeMetrics
 from .middleware import ARRIVAL_KEY, BearerAuth, BodyLimit, InFlight, RequestAccounting
@@ -55,7 +56,7 @@ from .protocol import (
     TokenizeRequest,
     Tokens,
 )
-from .scheduler import QueueFull, Scheduler
+from .scheduler import Scheduler
 
 __all__ = ["OPEN_PATHS", "ServerState", "create_app"]
 
@@ -175,11 +176,7 @@ def _check_count(count: int, options: ServeOptions) -> None:
     if count == 0:
         raise ServeError("inputs is empty; send at least one input", "validation")
     if count > options.max_client_batch_size:
-        raise ServeError(
-            f"{count} inputs in one request, more than --max-client-batch-size {options.max_client_batch_size}; "
-            "split the request",
-            "payload_too_large",
-        )
+        raise RequestTooLargeError(count, options.max_client_batch_size)
 
 
 def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], truncation: bool) -> list[Encoding]:
@@ -188,7 +185,7 @@ def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], trunc
     Runs of texts and runs of pairs are encoded together; errors name the input's index in ``items``.
 
     Raises:
-        ValueError: an input is over the model's positions and ``truncation`` is off.
+        InputTooLongError: an input is over the model's positions and ``truncation`` is off.
     """
     encodings: list[Encoding] = []
     start = 0
@@ -207,28 +204,16 @@ def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], trunc
     return encodings
 
 
-def _http_wording(message: str) -> str:
-    """The runtime's over-length message with the HTTP fix in place of the Python one."""
-    head, python_fix, _ = message.partition(" Pass truncation=True")
-    if not python_fix:
-        return message
-    head = head.replace("more than max_length=", "more than the model's limit of ")
-    return f'{head} Send "truncate": true to cut it, or split the text.'
-
-
 async def _tokenize(
     state: ServerState, model: BertOnnx, items: Sequence[str | tuple[str, str]], truncate: bool | None
 ) -> list[Encoding]:
     truncation = state.options.auto_truncate if truncate is None else truncate
     started = time.monotonic()
     size = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in items)
-    try:
-        if size <= TOKENIZE_INLINE_CHARS:  # a hop to a worker thread costs more than this much tokenizing
-            encodings = encode_inputs(model, items, truncation)
-        else:
-            encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
-    except ValueError as exc:
-        raise ServeError(f"{_http_wording(str(exc))}", "validation") from None
+    if size <= TOKENIZE_INLINE_CHARS:  # a hop to a worker thread costs more than this much tokenizing
+        encodings = encode_inputs(model, items, truncation)
+    else:
+        encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
     state.metrics.tokenization_duration.observe(time.monotonic() - started)
     return encodings
 
@@ -248,14 +233,7 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
     """Queue ``works`` and wait for their answers, the client leaving, or the request's deadline."""
     timeout = state.options.request_timeout
     deadline = request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()) + timeout
-    try:
-        ticket = scheduler.submit(works, deadline)
-    except QueueFull as full:
-        raise ServeError(
-            f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
-            "overloaded",
-            {"Retry-After": str(full.retry_after)},
-        ) from None
+    ticket = scheduler.submit(works, deadline)  # QueueFullError: 429 (from_core)
     watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
     waiting: set[asyncio.Future[Any]] = {ticket.future, watcher}
     try:
@@ -339,8 +317,8 @@ def create_app(
         variant: which variant of the directory to load (ignored for a loaded model).
         threads: onnxruntime intra-op threads (default: physical cores; ignored for a loaded model).
         spinning: let idle onnxruntime threads spin (ignored for a loaded model). Off by default: the
-            event loop and tokenization share the cores, and spinning threads take them (measured on
-            the 2-core machine under load: one 12-token request 108 ms with spinning, 75 ms without).
+            event loop and tokenization share the cores, and spinning threads take them
+            (benchmarks/DEFAULTS.md, "Idle threads do not spin in the server").
         keep_memory: keep onnxruntime's memory arena and the heap's freed pages between engine runs (ignored
             for a loaded model). Off by default: after each run the arena shrinks and free pages go back to the
             system (:attr:`bertonnx.RuntimeOptions.arena_shrinkage`, ``release_memory``), so RSS follows the
@@ -430,6 +408,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> Response:
         return _error_response(exc, request)
+
+    async def core_error(request: Request, exc: Exception) -> Response:
+        return _error_response(from_core(exc), request)
+
+    for kind in CORE_ERRORS:  # the core's typed errors, mapped in one place (bertonnx.serve.errors.from_core)
+        app.add_exception_handler(kind, core_error)
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> Response:
