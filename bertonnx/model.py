@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
+from . import driver
 from .batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
-    SORT_WINDOW_TOKENS,
     TOKENIZE_CHUNK_TEXTS,
     Batch,
     BatchLimits,
     iter_chunks,
-    make_batch,
-    plan_batches,
 )
 from .errors import ModelDirectoryError, RandomWeightsWarning
 from .manifest import (
@@ -38,8 +36,10 @@ from .manifest import (
     read_manifest,
 )
 from .options import RuntimeOptions
-from .outputs import POOLING_MODES, BertOutput, Tokenized, is_next_probability, pool, pooling_outputs
+from .outputs import BertOutput, Tokenized
 from .session import open_variant_session, release_freed_memory, run_options
+from .tasks import POOLING_MODES, Embed, Graph, Nsp
+from .tasks.graph import assemble
 from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -186,6 +186,7 @@ class BertOnnx:
         self._run_options = run_options(options) if self.backend == ONNXRUNTIME_BACKEND else None
         self._input_names = [i.name for i in self.session.get_inputs()]
         output_names = [o.name for o in self.session.get_outputs()]
+        self._output_names = tuple(output_names)
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
         if set(OUTPUT_NAMES) - set(output_names):
@@ -198,6 +199,11 @@ class BertOnnx:
                 RandomWeightsWarning,
                 stacklevel=2,
             )
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The graph outputs of the loaded variant, in the graph's order."""
+        return self._output_names
 
     def __repr__(self) -> str:
         weights = "RANDOM weights" if self.manifest.random_weights else "pretrained weights"
@@ -228,24 +234,11 @@ class BertOnnx:
         limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
         first = _checked(_as_texts(texts, "texts"), "texts")
         second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
-        window: list[Encoding] = []
-        window_start = window_tokens = 0
-        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
-            encodings = self.tokenizer.encode(
-                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
-            window.extend(encodings)
-            window_tokens += sum(len(e.ids) for e in encodings)
-            if window_tokens >= SORT_WINDOW_TOKENS:
-                yield from self._window_batches(window, window_start, limits)
-                window_start, window, window_tokens = start + len(chunk), [], 0
-        yield from self._window_batches(window, window_start, limits)
 
-    @staticmethod
-    def _window_batches(window: list[Encoding], first_index: int, limits: BatchLimits) -> Iterator[Batch]:
-        lengths = np.fromiter((len(e.ids) for e in window), dtype=np.int64, count=len(window))
-        for rows in plan_batches(lengths, limits):
-            yield make_batch([window[i] for i in rows], rows + first_index)
+        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
+            return self.tokenizer.encode(chunk, pairs, truncation=truncation, max_length=max_length, first_index=start)
+
+        return driver.stream(encode, first, second, limits)
 
     def encode(
         self,
@@ -296,9 +289,9 @@ class BertOnnx:
         Raises:
             ValueError: an unknown output name.
         """
-        unknown = [name for name in outputs if name not in OUTPUT_NAMES]
+        unknown = [name for name in outputs if name not in self._output_names]
         if unknown:
-            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(OUTPUT_NAMES)}")
+            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(self._output_names)}")
         feeds = {name: getattr(batch, name) for name in self._input_names}
         values = self.session.run(list(outputs), feeds, self._run_options)
         if self.options.release_memory:
@@ -344,44 +337,11 @@ class BertOnnx:
                 option is out of range.
         """
         names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
-        lengths: list[np.ndarray] = []
-        indices: list[np.ndarray] = []
-        outputs: dict[str, list[np.ndarray]] = {name: [] for name in OUTPUT_NAMES}
-        for batch in self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens):
-            result = self.run_batch(batch, names)
-            indices.append(batch.indices)
-            lengths.append(batch.lengths)
-            for name in names:
-                outputs[name].append(result[name])
-        return self._assemble(indices, lengths, outputs, hidden_states)
-
-    def _assemble(
-        self,
-        indices: list[np.ndarray],
-        lengths: list[np.ndarray],
-        outputs: dict[str, list[np.ndarray]],
-        hidden_states: bool,
-    ) -> BertOutput:
-        order = np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64)
-        n = order.shape[0]
-        all_lengths = np.zeros(n, dtype=np.int64)
-        all_lengths[order] = np.concatenate(lengths) if lengths else all_lengths
-        pooled = {}
-        for name, width in (("pooler_output", self.hidden_size), ("nsp_logits", 2)):
-            array = np.zeros((n, width), dtype=np.float32)
-            if n:
-                array[order] = np.concatenate(outputs[name])
-            pooled[name] = array
-        hidden = None
-        if hidden_states:
-            longest = int(all_lengths.max()) if n else 0
-            hidden = np.zeros((n, longest, self.hidden_size), dtype=np.float32)
-            for batch_indices, batch_lengths, states in zip(
-                indices, lengths, outputs["last_hidden_state"], strict=True
-            ):
-                for row, (index, length) in enumerate(zip(batch_indices, batch_lengths, strict=True)):
-                    hidden[index, :length] = states[row, :length]
-        return BertOutput(hidden, pooled["pooler_output"], pooled["nsp_logits"], all_lengths)
+        batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
+        parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
+        widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
+        outputs, lengths = assemble(parts, names, widths)
+        return BertOutput(outputs.get("last_hidden_state"), outputs["pooler_output"], outputs["nsp_logits"], lengths)
 
     @overload
     def nsp(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -422,15 +382,8 @@ class BertOnnx:
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
-        out = self(
-            text_a,
-            text_b,
-            batch_size=batch_size,
-            truncation=truncation,
-            max_length=self.max_length,
-            hidden_states=False,
-        )
-        probability = is_next_probability(out.nsp_logits)
+        batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
+        probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
         return float(probability[0]) if single else probability
 
     def embed(
@@ -460,18 +413,10 @@ class BertOnnx:
             ValueError: unknown ``pooling``; a text too long without truncation.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
         """
-        names = pooling_outputs(pooling)
-        rows: list[np.ndarray] = []
-        indices: list[np.ndarray] = []
-        for batch in self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens):
-            rows.append(pool(self.run_batch(batch, names), batch.attention_mask, pooling))
-            indices.append(batch.indices)
-        out = np.zeros((sum(len(i) for i in indices), self.hidden_size), dtype=np.float32)
-        if indices:
-            out[np.concatenate(indices)] = np.concatenate(rows)
-        if normalize and len(out):
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-        return out
+        task = Embed(pooling, normalize)
+        batches = self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens)
+        empty = np.zeros((0, self.hidden_size), dtype=np.float32)
+        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits, make_batch, plan_batches
+from .. import driver
+from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
 from ..model import BertOnnx
-from ..outputs import POOLING_MODES, is_next_probability, pool, pooling_outputs
+from ..tasks import POOLING_MODES, Embed, Graph, Nsp
 from .errors import BadRowError
 
 if TYPE_CHECKING:
@@ -247,36 +248,19 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
 
 
 def _run(model: BertOnnx, encodings: list[Encoding], options: TaskOptions) -> dict[str, np.ndarray | list[np.ndarray]]:
-    """Run ``encodings`` sorted by length and cut by the token budget; results in the encodings' order."""
-    n, hidden = len(encodings), model.hidden_size
+    """Run ``encodings`` through the driver (sorted by length, cut by the token budget); results in the
+    encodings' order."""
+    batches = driver.plan(encodings, options.limits)
+    hidden = model.hidden_size
     if options.task == "embed":
-        names: tuple[str, ...] = pooling_outputs(options.pooling)
-    elif options.task == "nsp":
-        names = ("nsp_logits",)
-    else:
-        names = ("last_hidden_state", "pooler_output", "nsp_logits")
-    embedding = np.zeros((n, hidden), dtype=np.float32)
-    probability = np.zeros(n, dtype=np.float32)
-    pooler = np.zeros((n, hidden), dtype=np.float32)
-    logits = np.zeros((n, 2), dtype=np.float32)
-    states: list[np.ndarray] = [np.zeros((0, hidden), dtype=np.float32)] * n
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=n)
-    for rows in plan_batches(lengths, options.limits):
-        batch = make_batch([encodings[i] for i in rows], rows)
-        out = model.run_batch(batch, names)
-        if options.task == "embed":
-            embedding[rows] = pool(out, batch.attention_mask, options.pooling)
-        elif options.task == "nsp":
-            probability[rows] = is_next_probability(out["nsp_logits"])
-        else:
-            pooler[rows] = out["pooler_output"]
-            logits[rows] = out["nsp_logits"]
-            for row, index in enumerate(rows):
-                states[index] = np.array(out["last_hidden_state"][row, : lengths[index]], dtype=np.float32)
-    if options.task == "embed":
-        if options.normalize and n:
-            embedding /= np.maximum(np.linalg.norm(embedding, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-        return {"embedding": embedding}
+        parts = driver.run(model.run_batch, Embed(options.pooling, options.normalize), batches)
+        return {"embedding": driver.in_order(parts, np.zeros((0, hidden), dtype=np.float32))}
     if options.task == "nsp":
-        return {"is_next_probability": probability}
-    return {"last_hidden_state": states, "pooler_output": pooler, "nsp_logits": logits}
+        parts = driver.run(model.run_batch, Nsp(), batches)
+        return {"is_next_probability": driver.in_order(parts, np.zeros(0, dtype=np.float32))}
+    names = ("last_hidden_state", "pooler_output", "nsp_logits")
+    rows = driver.list_in_order(driver.run(model.run_batch, Graph(names), batches))
+    columns: dict[str, np.ndarray | list[np.ndarray]] = {"last_hidden_state": [row[names[0]] for row in rows]}
+    for name, width in (("pooler_output", hidden), ("nsp_logits", 2)):
+        columns[name] = np.stack([row[name] for row in rows]) if rows else np.zeros((0, width), dtype=np.float32)
+    return columns

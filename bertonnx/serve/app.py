@@ -30,8 +30,9 @@ from tokenizers import Encoding
 from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..options import RuntimeOptions
+from ..tasks import Embed, Graph, Nsp, Task
 from ..version import __version__
-from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from .engine import Engine, Work
 from .errors import ERROR_STATUS, ServeError, error_body, validation_message
 from .kserve import BINARY_HEADER, INPUT_DATATYPE, OUTPUT_DATATYPE, decode_body, encode_response, parse_infer_request
 from .metrics import CONTENT_TYPE, ServeMetrics
@@ -299,11 +300,8 @@ def _json(content: Any) -> Response:
     return JSONResponse(content)
 
 
-def _predictions(logits: np.ndarray, raw_scores: bool) -> list[dict[str, Any]]:
-    values = np.asarray(logits, dtype=np.float64)
-    if not raw_scores:
-        shifted = np.exp(values - values.max())
-        values = (shifted / shifted.sum()).astype(np.float32)
+def _predictions(values: np.ndarray) -> list[dict[str, Any]]:
+    """Both NSP labels of one pair with their scores (from the ``Nsp`` task), highest first."""
     ranked = sorted(range(len(values)), key=lambda i: -float(values[i]))
     return [{"label": NSP_LABELS[i], "score": float(values[i])} for i in ranked]
 
@@ -479,7 +477,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/embed", tags=["TEI"], response_model=list[list[float]], responses=ERROR_RESPONSES)
     async def embed(body: EmbedRequest, request: Request) -> Response:
         """One vector per text, in the request's order (TEI's /embed; ``pooling`` is ours)."""
-        task = Task(EMBED, pooling=body.pooling or options.pooling, normalize=body.normalize)
+        task = Embed(body.pooling or options.pooling, body.normalize)
         _, answers = await _answer(state, request, body.inputs, body.truncate, task)
         return _json(np.stack(answers).tolist())
 
@@ -491,14 +489,15 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     )
     async def predict(body: PredictRequest, request: Request) -> Response:
         """Next-sentence prediction: per pair, both labels sorted by score (one pair in: one list out)."""
-        _, answers = await _answer(state, request, body.inputs, body.truncate, Task(NSP))
-        predictions = [_predictions(logits, body.raw_scores) for logits in answers]
+        task = Nsp("logits" if body.raw_scores else "probabilities")
+        _, answers = await _answer(state, request, body.inputs, body.truncate, task)
+        predictions = [_predictions(scores) for scores in answers]
         return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions)
 
     @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """Every graph output of each text or pair: hidden states (no padding), pooler output, NSP logits."""
-        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Task(GRAPH))
+        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Graph())
         return _json(
             [
                 {
@@ -536,7 +535,7 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
                 f"omit dimensions or send {model.hidden_size}",
                 "validation",
             )
-        task = Task(EMBED, pooling=options.pooling, normalize=True)
+        task = Embed(options.pooling, normalize=True)
         encodings, answers = await _answer(state, request, body.input, body.truncate, task)
         if body.encoding_format == "base64":
             vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
@@ -613,7 +612,7 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
             max_length=model.max_length,
             max_client_batch_size=options.max_client_batch_size,
         )
-        task = Task(GRAPH, outputs=tuple(dict.fromkeys(output for output, _ in rows.outputs)))
+        task = Graph(tuple(dict.fromkeys(output for output, _ in rows.outputs)))
         works = [Work(ids, types, task) for ids, types in zip(rows.ids, rows.type_ids, strict=True)]
         answers = await _compute(state, scheduler, request, works)
         content, headers = encode_response(rows, answers, model_name=state.model_name, hidden_size=model.hidden_size)
