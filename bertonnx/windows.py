@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 
 from tokenizers import Encoding, Tokenizer
 
@@ -50,6 +51,23 @@ class Windowing:
         self._base = tokenizer
         self._copies: OrderedDict[tuple[int, int, str], Tokenizer] = OrderedDict()
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Windowing:
+        """From a ``tokenizer.json``, with any padding or truncation baked into the file cleared.
+
+        Raises:
+            Exception: ``tokenizers`` cannot parse the file (the export's loader has checked it already).
+        """
+        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return cls(tokenizer)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The untruncated tokenizer (token strings, decoding)."""
+        return self._base
 
     def _truncating(self, max_length: int, stride: int, strategy: str) -> Tokenizer:
         key = (max_length, stride, strategy)

@@ -284,3 +284,87 @@ def test_answer_errors_name_the_fix(qa: Any) -> None:
         answers("c", [], [], [], cls_id=cls_id, top_k=0)
     with pytest.raises(ValueError, match="questions and contexts differ in length"):
         windowing.question_windows(["a", "b"], ["c"], max_length=QA_WINDOW, stride=128)
+
+
+def torch_run_batch(model: Any) -> Any:
+    """A ``run_batch`` backed by the torch model (padded batches, as the runtime feeds onnxruntime)."""
+
+    def run_batch(batch: Any, names: Any) -> dict[str, np.ndarray]:
+        with torch.no_grad():
+            output = model(
+                input_ids=torch.from_numpy(batch.input_ids),
+                attention_mask=torch.from_numpy(batch.attention_mask),
+                token_type_ids=torch.from_numpy(batch.token_type_ids),
+            )
+        graph = (
+            {"token_logits": output.logits}
+            if hasattr(output, "logits")
+            else {"start_logits": output.start_logits, "end_logits": output.end_logits}
+        )
+        return {name: graph[name].numpy() for name in names}
+
+    return run_batch
+
+
+def test_tag_texts_batches_windows_of_many_texts(ner: Any) -> None:
+    from bertonnx.batching import BatchLimits
+    from bertonnx.tasks.tag import tag_texts
+
+    model, tokenizer, windowing, strings, labels = ner
+    pipe = transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
+    texts = [LONG_TEXT, *UNICODE_TEXTS, LONG_TEXT[:700]]
+    ours = tag_texts(
+        torch_run_batch(model),
+        windowing,
+        strings,
+        labels,
+        texts,
+        max_length=POSITIONS,
+        limits=BatchLimits(max_batch_tokens=1024),  # several batches, windows of one text in different ones
+        aggregation_strategy="average",
+        stride=32,
+    )
+    for text, found in zip(texts, ours, strict=True):
+        assert_same(pipe(text, aggregation_strategy="average", stride=32), found)
+
+
+def test_answer_questions_batches_windows_of_many_questions(qa: Any) -> None:
+    from bertonnx.batching import BatchLimits
+    from bertonnx.tasks.answer import answer_questions
+
+    model, _, windowing, cls_id = qa
+    questions = [*QUESTIONS, QUESTIONS[1]]
+    contexts = [CONTEXTS[0], LONG_CONTEXT, CONTEXTS[1], LONG_CONTEXT]
+    ours = answer_questions(
+        torch_run_batch(model),
+        windowing,
+        cls_id,
+        questions,
+        contexts,
+        max_length=QA_WINDOW,
+        limits=BatchLimits(max_batch_tokens=800),
+        top_k=2,
+    )
+    for question, context, found in zip(questions, contexts, ours, strict=True):
+        assert_same(pipeline_answers(qa, question, context, top_k=2), found)
+
+
+def test_answer_questions_refuses_empty_and_blank_inputs(qa: Any) -> None:
+    from bertonnx.batching import BatchLimits
+    from bertonnx.tasks.answer import answer_questions
+
+    model, _, windowing, cls_id = qa
+
+    def ask(question: str, context: str) -> Any:
+        return answer_questions(
+            torch_run_batch(model), windowing, cls_id, [question], [context], max_length=QA_WINDOW, limits=BatchLimits()
+        )
+
+    with pytest.raises(ValueError, match="question 0 is empty; pass a non-empty question"):
+        ask("", "some context")
+    with pytest.raises(ValueError, match="context 0 is empty"):
+        ask("why?", "")
+    with pytest.raises(ValueError, match=r"context 0 has no tokens \(it holds only whitespace or control"):
+        ask("why?", " \t\n\x01\x02  ")
+    with pytest.raises(ValueError, match="question 0 has no tokens"):
+        ask("\x00 ", "a context")

@@ -22,21 +22,41 @@ window's softmax, summed for repeated answers as the pipeline sums them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tokenizers import Encoding
 
+from .. import driver
+from ..batching import Batch, BatchLimits
+
+if TYPE_CHECKING:
+    from ..windows import Windowing
+
 __all__ = [
     "CANDIDATES_PER_ANSWER",
     "CONTEXT_SEQUENCE",
+    "DEFAULT_DOC_STRIDE",
     "DEFAULT_MAX_ANSWER_LEN",
+    "DEFAULT_MAX_SEQ_LEN",
+    "END_LOGITS",
     "MASKED_LOGIT",
     "NO_ANSWER_SCORE_START",
+    "START_LOGITS",
+    "Answer",
+    "answer_questions",
     "answers",
     "check_answer_options",
 ]
+
+#: The graph outputs of a question-answering export: ``[b, t]`` float32 each.
+START_LOGITS = "start_logits"
+END_LOGITS = "end_logits"
+#: The pipeline's window: ``min(model positions, 384)`` tokens, consecutive context slices sharing 128.
+DEFAULT_MAX_SEQ_LEN = 384
+DEFAULT_DOC_STRIDE = 128
 
 #: Logit given to tokens that cannot be part of an answer (the question, ``[SEP]``, padding).
 MASKED_LOGIT = -10000.0
@@ -181,3 +201,108 @@ def answers(
     if handle_impossible_answer:
         found.append({"score": no_answer, "start": 0, "end": 0, "answer": ""})
     return sorted(found, key=lambda answer: answer["score"], reverse=True)[:top_k]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The driver's task for question answering: per row (a window), its ``(start_logits, end_logits)``, each
+    ``[tokens]`` float32 without padding. The answers need every window of a question, so they are made by
+    :func:`answer_questions` once the driver has run them all."""
+
+    name = "answer"
+    outputs = (START_LOGITS, END_LOGITS)
+
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per row of ``rows`` (every row when ``None``), its start and end logits cut to its tokens (copied)."""
+        starts, ends = outputs[START_LOGITS], outputs[END_LOGITS]
+        picked = range(len(batch)) if rows is None else rows.tolist()
+        return [(starts[row, : batch.lengths[row]].copy(), ends[row, : batch.lengths[row]].copy()) for row in picked]
+
+
+def _check_texts(questions: Sequence[str], contexts: Sequence[str], first_index: int) -> None:
+    for name, items in (("question", questions), ("context", contexts)):
+        for offset, text in enumerate(items):
+            if not text:
+                raise ValueError(f"{name} {first_index + offset} is empty; pass a non-empty {name}")
+
+
+def _check_tokens(windows: list[list[Encoding]], first_index: int) -> None:
+    for offset, question_windows in enumerate(windows):
+        sequences = question_windows[0].sequence_ids
+        for sequence, name in ((0, "question"), (CONTEXT_SEQUENCE, "context")):
+            if sequence not in sequences:
+                raise ValueError(
+                    f"{name} {first_index + offset} has no tokens (it holds only whitespace or control "
+                    f"characters, which BERT's tokenizer drops); pass a {name} with words in it"
+                )
+
+
+def answer_questions(
+    run_batch: driver.RunBatch,
+    windowing: Windowing,
+    cls_id: int | None,
+    questions: Sequence[str],
+    contexts: Sequence[str],
+    *,
+    max_length: int,
+    limits: BatchLimits,
+    doc_stride: int = DEFAULT_DOC_STRIDE,
+    top_k: int = 1,
+    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+    handle_impossible_answer: bool = False,
+    first_index: int = 0,
+) -> list[list[dict[str, Any]]]:
+    """Answers to each question in its context: window, batch every window of every question by the token
+    budget, run, decode the best spans over each question's windows.
+
+    Args:
+        run_batch: runs one padded batch for named outputs (``BertOnnx.run_batch``).
+        windowing: the export's :class:`~bertonnx.windows.Windowing`.
+        cls_id: the ``[CLS]`` id.
+        questions: the questions.
+        contexts: one context per question.
+        max_length: tokens per window (the pipeline's ``max_seq_len``).
+        limits: the token budget and batch-size cap.
+        doc_stride: context tokens shared by consecutive windows.
+        top_k, max_answer_len, handle_impossible_answer: as :func:`answers`.
+        first_index: index of ``questions[0]`` in the caller's input, for error messages.
+
+    Returns:
+        Per question, :func:`answers`' list (best first, at most ``top_k``).
+
+    Raises:
+        TypeError, ValueError: an empty question or context, one without tokens, a question leaving no room
+            for its context, a ``doc_stride`` leaving no room to advance, bad ``top_k``/``max_answer_len``.
+    """
+    check_answer_options(top_k, max_answer_len)
+    if not isinstance(handle_impossible_answer, bool):
+        raise TypeError(f"handle_impossible_answer must be a bool, got {type(handle_impossible_answer).__name__}")
+    _check_texts(questions, contexts, first_index)
+    windows = windowing.question_windows(
+        questions, contexts, max_length=max_length, stride=doc_stride, first_index=first_index
+    )
+    _check_tokens(windows, first_index)
+    flat = [window for question_windows in windows for window in question_windows]
+    logits: list[tuple[np.ndarray, np.ndarray]] = driver.list_in_order(
+        driver.run(run_batch, Answer(), driver.plan(flat, limits))
+    )
+    found = []
+    start = 0
+    for context, question_windows in zip(contexts, windows, strict=True):
+        stop = start + len(question_windows)
+        found.append(
+            answers(
+                context,
+                question_windows,
+                [pair[0] for pair in logits[start:stop]],
+                [pair[1] for pair in logits[start:stop]],
+                cls_id=cls_id,
+                top_k=top_k,
+                max_answer_len=max_answer_len,
+                handle_impossible_answer=handle_impossible_answer,
+            )
+        )
+        start = stop
+    return found

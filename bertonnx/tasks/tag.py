@@ -21,21 +21,34 @@ uncased model), while ``text[start:end]`` is the caller's original spelling.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
+from .. import driver
+from ..batching import Batch, BatchLimits
+
+if TYPE_CHECKING:
+    from ..windows import Windowing
+
 __all__ = [
     "AGGREGATION_STRATEGIES",
     "DEFAULT_IGNORE_LABELS",
+    "TOKEN_LOGITS",
+    "Tag",
     "TokenStrings",
     "check_aggregation_strategy",
+    "check_ignore_labels",
     "entities",
     "label_probabilities",
+    "tag_texts",
 ]
+
+#: The graph output of a token-classification export: ``[b, t, num_labels]`` float32.
+TOKEN_LOGITS = "token_logits"
 
 #: ``none``: one answer per token; ``simple``: adjacent tokens grouped by tag; ``first``/``average``/``max``:
 #: the word's label from its first piece, its mean scores, or its most confident piece, then grouped.
@@ -59,6 +72,24 @@ def check_aggregation_strategy(strategy: object) -> str:
             f"unknown aggregation_strategy {strategy!r}; expected one of {', '.join(AGGREGATION_STRATEGIES)}"
         )
     return strategy.lower()
+
+
+def check_ignore_labels(ignore_labels: object) -> tuple[str, ...]:
+    """``ignore_labels`` as a tuple of label names.
+
+    Raises:
+        TypeError: a single string (``"O"`` would be read as its characters) or not an iterable of strings.
+    """
+    if isinstance(ignore_labels, str) or not isinstance(ignore_labels, Collection):
+        raise TypeError(
+            f"ignore_labels must be a list or tuple of label names, got {type(ignore_labels).__name__}; "
+            "e.g. ignore_labels=('O',), or () to keep every label"
+        )
+    labels = tuple(ignore_labels)
+    for label in labels:
+        if not isinstance(label, str):
+            raise TypeError(f"ignore_labels must hold label names (str), got {type(label).__name__}")
+    return labels
 
 
 class TokenStrings:
@@ -276,4 +307,87 @@ def entities(
         found = _merge_overlapping(found)
     for entity in found:
         entity["score"] = float(entity["score"])
+    return found
+
+
+@dataclass(frozen=True)
+class Tag:
+    """The driver's task for token classification: per row (a window), its ``[tokens, num_labels]`` float32
+    ``token_logits`` without padding. The answers (entities) need every window of a text, so they are made by
+    :func:`tag_texts` once the driver has run them all."""
+
+    name = "tag"
+    outputs = (TOKEN_LOGITS,)
+
+    def postprocess(
+        self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
+    ) -> list[np.ndarray]:
+        """Per row of ``rows`` (every row when ``None``), its logits cut to its tokens (copied)."""
+        logits = outputs[TOKEN_LOGITS]
+        picked = range(len(batch)) if rows is None else rows.tolist()
+        return [logits[row, : batch.lengths[row]].copy() for row in picked]
+
+
+def tag_texts(
+    run_batch: driver.RunBatch,
+    windowing: Windowing,
+    strings: TokenStrings,
+    labels: Sequence[str],
+    texts: Sequence[str],
+    *,
+    max_length: int,
+    limits: BatchLimits,
+    aggregation_strategy: str = "simple",
+    ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+    stride: int | None = None,
+    first_index: int = 0,
+) -> list[list[dict[str, Any]]]:
+    """Entities of each text: window, batch every window of every text by the token budget, run, merge.
+
+    Args:
+        run_batch: runs one padded batch for named outputs (``BertOnnx.run_batch``).
+        windowing: the export's :class:`~bertonnx.windows.Windowing`.
+        strings: the export's :class:`TokenStrings`.
+        labels: label names by index.
+        texts: the texts.
+        max_length: tokens per window (the model's positions).
+        limits: the token budget and batch-size cap.
+        aggregation_strategy, ignore_labels: as :func:`entities`.
+        stride: tokens shared by consecutive windows of a text longer than ``max_length``; ``None`` refuses
+            such texts.
+        first_index: index of ``texts[0]`` in the caller's input, for error messages.
+
+    Returns:
+        Per text, :func:`entities`' answer.
+
+    Raises:
+        ValueError: unknown strategy, ``stride`` with ``none``, ``stride`` out of range, or a text too long
+            without ``stride``.
+    """
+    strategy = check_aggregation_strategy(aggregation_strategy)
+    if stride is not None and strategy == "none":
+        raise ValueError(
+            "stride windows long texts, whose overlapping tokens only an aggregation_strategy can merge; "
+            "use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride (transformers' pipeline "
+            "refuses 'none' with stride too)"
+        )
+    windows = windowing.text_windows(texts, max_length=max_length, stride=stride, first_index=first_index)
+    flat = [window for text_windows in windows for window in text_windows]
+    logits: list[np.ndarray] = driver.list_in_order(driver.run(run_batch, Tag(), driver.plan(flat, limits)))
+    found = []
+    start = 0
+    for text, text_windows in zip(texts, windows, strict=True):
+        stop = start + len(text_windows)
+        found.append(
+            entities(
+                text,
+                text_windows,
+                logits[start:stop],
+                labels,
+                strings,
+                aggregation_strategy=strategy,
+                ignore_labels=ignore_labels,
+            )
+        )
+        start = stop
     return found
