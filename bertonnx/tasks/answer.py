@@ -49,6 +49,9 @@ __all__ = [
     "answer_questions",
     "answers",
     "check_answer_options",
+    "check_impossible",
+    "merge_answers",
+    "qa_windows",
 ]
 
 #: The graph outputs of a question-answering export: ``[b, t]`` float32 each.
@@ -239,6 +242,67 @@ def _check_tokens(windows: list[list[Encoding]], first_index: int) -> None:
                 )
 
 
+def qa_windows(
+    windowing: Windowing,
+    questions: Sequence[str],
+    contexts: Sequence[str],
+    *,
+    max_length: int,
+    doc_stride: int = DEFAULT_DOC_STRIDE,
+    first_index: int = 0,
+) -> list[list[Encoding]]:
+    """Each question's windows (:meth:`~bertonnx.windows.Windowing.question_windows`), after checking that
+    no question or context is empty or without tokens.
+
+    Raises:
+        ValueError: an empty question or context, one without tokens, a question leaving no room for its
+            context, or a ``doc_stride`` leaving no room to advance.
+    """
+    _check_texts(questions, contexts, first_index)
+    windows = windowing.question_windows(
+        questions, contexts, max_length=max_length, stride=doc_stride, first_index=first_index
+    )
+    _check_tokens(windows, first_index)
+    return windows
+
+
+def merge_answers(
+    contexts: Sequence[str],
+    windows: Sequence[Sequence[Encoding]],
+    logits: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    cls_id: int | None,
+    top_k: int = 1,
+    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+    handle_impossible_answer: bool = False,
+) -> list[list[dict[str, Any]]]:
+    """:func:`answers` of each question, from the ``(start, end)`` logits of every window in order (flat)."""
+    found = []
+    start = 0
+    for context, question_windows in zip(contexts, windows, strict=True):
+        stop = start + len(question_windows)
+        found.append(
+            answers(
+                context,
+                question_windows,
+                [pair[0] for pair in logits[start:stop]],
+                [pair[1] for pair in logits[start:stop]],
+                cls_id=cls_id,
+                top_k=top_k,
+                max_answer_len=max_answer_len,
+                handle_impossible_answer=handle_impossible_answer,
+            )
+        )
+        start = stop
+    return found
+
+
+def check_impossible(handle_impossible_answer: object) -> None:
+    """Raise ``TypeError`` unless ``handle_impossible_answer`` is a bool."""
+    if not isinstance(handle_impossible_answer, bool):
+        raise TypeError(f"handle_impossible_answer must be a bool, got {type(handle_impossible_answer).__name__}")
+
+
 def answer_questions(
     run_batch: driver.RunBatch,
     windowing: Windowing,
@@ -273,36 +337,23 @@ def answer_questions(
         Per question, :func:`answers`' list (best first, at most ``top_k``).
 
     Raises:
-        TypeError, ValueError: an empty question or context, one without tokens, a question leaving no room
-            for its context, a ``doc_stride`` leaving no room to advance, bad ``top_k``/``max_answer_len``.
+        TypeError, ValueError: as :func:`qa_windows`, or bad ``top_k``/``max_answer_len``.
     """
     check_answer_options(top_k, max_answer_len)
-    if not isinstance(handle_impossible_answer, bool):
-        raise TypeError(f"handle_impossible_answer must be a bool, got {type(handle_impossible_answer).__name__}")
-    _check_texts(questions, contexts, first_index)
-    windows = windowing.question_windows(
-        questions, contexts, max_length=max_length, stride=doc_stride, first_index=first_index
+    check_impossible(handle_impossible_answer)
+    windows = qa_windows(
+        windowing, questions, contexts, max_length=max_length, doc_stride=doc_stride, first_index=first_index
     )
-    _check_tokens(windows, first_index)
     flat = [window for question_windows in windows for window in question_windows]
     logits: list[tuple[np.ndarray, np.ndarray]] = driver.list_in_order(
         driver.run(run_batch, Answer(), driver.plan(flat, limits))
     )
-    found = []
-    start = 0
-    for context, question_windows in zip(contexts, windows, strict=True):
-        stop = start + len(question_windows)
-        found.append(
-            answers(
-                context,
-                question_windows,
-                [pair[0] for pair in logits[start:stop]],
-                [pair[1] for pair in logits[start:stop]],
-                cls_id=cls_id,
-                top_k=top_k,
-                max_answer_len=max_answer_len,
-                handle_impossible_answer=handle_impossible_answer,
-            )
-        )
-        start = stop
-    return found
+    return merge_answers(
+        contexts,
+        windows,
+        logits,
+        cls_id=cls_id,
+        top_k=top_k,
+        max_answer_len=max_answer_len,
+        handle_impossible_answer=handle_impossible_answer,
+    )

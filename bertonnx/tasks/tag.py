@@ -44,7 +44,9 @@ __all__ = [
     "check_ignore_labels",
     "entities",
     "label_probabilities",
+    "merge_entities",
     "tag_texts",
+    "tag_windows",
 ]
 
 #: The graph output of a token-classification export: ``[b, t, num_labels]`` float32.
@@ -328,6 +330,61 @@ class Tag:
         return [logits[row, : batch.lengths[row]].copy() for row in picked]
 
 
+def tag_windows(
+    windowing: Windowing,
+    texts: Sequence[str],
+    *,
+    max_length: int,
+    aggregation_strategy: str = "simple",
+    stride: int | None = None,
+    first_index: int = 0,
+) -> list[list[Encoding]]:
+    """Each text's windows (:meth:`~bertonnx.windows.Windowing.text_windows`), after checking the options.
+
+    Raises:
+        ValueError: unknown strategy, ``stride`` with ``none``, ``stride`` out of range, or a text too long
+            without ``stride``.
+    """
+    strategy = check_aggregation_strategy(aggregation_strategy)
+    if stride is not None and strategy == "none":
+        raise ValueError(
+            "stride windows long texts, whose overlapping tokens only an aggregation_strategy can merge; "
+            "use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride (transformers' pipeline "
+            "refuses 'none' with stride too)"
+        )
+    return windowing.text_windows(texts, max_length=max_length, stride=stride, first_index=first_index)
+
+
+def merge_entities(
+    texts: Sequence[str],
+    windows: Sequence[Sequence[Encoding]],
+    token_logits: Sequence[np.ndarray],
+    labels: Sequence[str],
+    strings: TokenStrings,
+    *,
+    aggregation_strategy: str = "simple",
+    ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+) -> list[list[dict[str, Any]]]:
+    """:func:`entities` of each text, from the logits of every window of every text in order (flat)."""
+    found = []
+    start = 0
+    for text, text_windows in zip(texts, windows, strict=True):
+        stop = start + len(text_windows)
+        found.append(
+            entities(
+                text,
+                text_windows,
+                token_logits[start:stop],
+                labels,
+                strings,
+                aggregation_strategy=aggregation_strategy,
+                ignore_labels=ignore_labels,
+            )
+        )
+        start = stop
+    return found
+
+
 def tag_texts(
     run_batch: driver.RunBatch,
     windowing: Windowing,
@@ -361,33 +418,24 @@ def tag_texts(
         Per text, :func:`entities`' answer.
 
     Raises:
-        ValueError: unknown strategy, ``stride`` with ``none``, ``stride`` out of range, or a text too long
-            without ``stride``.
+        ValueError: as :func:`tag_windows`.
     """
-    strategy = check_aggregation_strategy(aggregation_strategy)
-    if stride is not None and strategy == "none":
-        raise ValueError(
-            "stride windows long texts, whose overlapping tokens only an aggregation_strategy can merge; "
-            "use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride (transformers' pipeline "
-            "refuses 'none' with stride too)"
-        )
-    windows = windowing.text_windows(texts, max_length=max_length, stride=stride, first_index=first_index)
+    windows = tag_windows(
+        windowing,
+        texts,
+        max_length=max_length,
+        aggregation_strategy=aggregation_strategy,
+        stride=stride,
+        first_index=first_index,
+    )
     flat = [window for text_windows in windows for window in text_windows]
     logits: list[np.ndarray] = driver.list_in_order(driver.run(run_batch, Tag(), driver.plan(flat, limits)))
-    found = []
-    start = 0
-    for text, text_windows in zip(texts, windows, strict=True):
-        stop = start + len(text_windows)
-        found.append(
-            entities(
-                text,
-                text_windows,
-                logits[start:stop],
-                labels,
-                strings,
-                aggregation_strategy=strategy,
-                ignore_labels=ignore_labels,
-            )
-        )
-        start = stop
-    return found
+    return merge_entities(
+        texts,
+        windows,
+        logits,
+        labels,
+        strings,
+        aggregation_strategy=aggregation_strategy,
+        ignore_labels=ignore_labels,
+    )
