@@ -189,8 +189,12 @@ class BertOnnx:
         self._output_names = tuple(output_names)
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(OUTPUT_NAMES) - set(output_names):
-            raise ModelDirectoryError(f"{model_path} gives outputs {output_names}; expected {list(OUTPUT_NAMES)}")
+        if set(manifest.graph_outputs) - set(output_names):
+            raise ModelDirectoryError(
+                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
+            )
+        #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
         if manifest.random_weights:
             note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
             warnings.warn(
@@ -278,7 +282,7 @@ class BertOnnx:
             )
         return encodings
 
-    def run_batch(self, batch: Batch, outputs: Sequence[str] = OUTPUT_NAMES) -> dict[str, np.ndarray]:
+    def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run one padded batch and return the requested graph outputs (rows in the batch's order).
 
         Args:
@@ -289,6 +293,7 @@ class BertOnnx:
         Raises:
             ValueError: an unknown output name.
         """
+        outputs = self._outputs if outputs is None else outputs
         unknown = [name for name in outputs if name not in self._output_names]
         if unknown:
             raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(self._output_names)}")
@@ -336,11 +341,13 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
-        names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
+        names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
         batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
         parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
         widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
         outputs, lengths = assemble(parts, names, widths)
+        for name in ("pooler_output", "nsp_logits"):  # the export has no such head: zero columns, never made up
+            outputs.setdefault(name, np.zeros((len(lengths), 0), dtype=np.float32))
         return BertOutput(outputs.get("last_hidden_state"), outputs["pooler_output"], outputs["nsp_logits"], lengths)
 
     @overload
@@ -382,6 +389,11 @@ class BertOnnx:
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
+        if "nsp_logits" not in self._outputs:
+            raise ValueError(
+                f"this export has no NSP head; it was exported from {self.manifest.architecture}. Export a "
+                "BertForPreTraining or BertForNextSentencePrediction checkpoint for next-sentence prediction."
+            )
         batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
         probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
         return float(probability[0]) if single else probability
