@@ -348,6 +348,8 @@ COMMANDS: dict[str, Command | Delegate | str] = {
     "walkthrough": Command(
         "walkthrough", "the whole module in one run on the model directory", _add_model_args, cmd_walkthrough
     ),
+    "tag": "bertonnx.cli_spans:TAG_COMMAND",
+    "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

@@ -9,9 +9,10 @@ infer request, and no call mutates shared state.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, MappingView, Sequence, Set
+from collections.abc import Collection, Iterable, Iterator, Mapping, MappingView, Sequence, Set
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from .batching import (
     BatchLimits,
     iter_chunks,
 )
-from .errors import ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
 from .manifest import (
     INPUT_NAMES,
     ONNXRUNTIME_BACKEND,
@@ -39,8 +40,11 @@ from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
 from .session import open_variant_session, release_freed_memory, run_options
 from .tasks import POOLING_MODES, Embed, Graph, Nsp
+from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN, answer_questions
 from .tasks.graph import assemble
-from .tokenizer import TextTokenizer
+from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings, check_ignore_labels, tag_texts
+from .tokenizer import SPECIAL_TOKENS_PAIR, TextTokenizer
+from .windows import Windowing
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -58,6 +62,11 @@ __all__ = [
 ]
 
 DEFAULT_VARIANT = "fp32"
+#: What each task needs that an export may lack: the head's name and the checkpoint class that has it.
+TASK_HEADS = {
+    "tag": ("token-classification", "BertForTokenClassification"),
+    "answer": ("question-answering", "BertForQuestionAnswering"),
+}
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 #: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file
@@ -448,3 +457,222 @@ class BertOnnx:
             [text], None if pair is None else [pair], truncation=truncation, max_length=max_length
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))
+
+    # -- token classification and question answering (bertonnx.tasks.tag, bertonnx.tasks.answer) -------
+
+    def require_task(self, task: str) -> None:
+        """Raise unless the export offers ``task`` (``tag``, ``answer``; see ``Manifest.tasks``).
+
+        Raises:
+            HeadMissingError: the export lacks the task's head; the message names what it was exported from,
+                the tasks it offers and the checkpoint to export instead.
+        """
+        tasks = self.manifest.tasks
+        if task not in tasks:
+            head, checkpoint = TASK_HEADS.get(task, (task, "a checkpoint with that head"))
+            architecture = self.manifest.architecture
+            raise HeadMissingError(
+                f"this export has no {head} head; it was exported from {architecture} and offers "
+                f"{', '.join(tasks) or 'no task'}. Export a {checkpoint} checkpoint to run {task}.",
+                task=task,
+                architecture=architecture,
+                tasks=tasks,
+            )
+
+    @cached_property
+    def windowing(self) -> Windowing:
+        """Cuts long inputs into the windows transformers' pipelines cut them into (:mod:`bertonnx.windows`)."""
+        return Windowing.from_file(self.tokenizer_path)
+
+    @cached_property
+    def token_strings(self) -> TokenStrings:
+        """The tokenizer's token strings and decoding, for entity words."""
+        return TokenStrings(self.windowing.tokenizer)
+
+    @property
+    def qa_window(self) -> int:
+        """Tokens per question-answering window by default: ``min(384, model positions)``, as the pipeline."""
+        return min(DEFAULT_MAX_SEQ_LEN, self.max_length)
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The export's ``tokenizer.json``."""
+        return self.manifest.directory / TOKENIZER_FILE
+
+    @property
+    def labels(self) -> list[str]:
+        """Label names by index of a classifier export (``id2label``; ``LABEL_i`` where it names none)."""
+        id2label = self.manifest.id2label or {}
+        count = self.manifest.num_labels or len(id2label)
+        return [id2label.get(i, f"LABEL_{i}") for i in range(count)]
+
+    @overload
+    def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self,
+        texts: str,
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    def tag(
+        self,
+        texts: Iterable[str],
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[list[dict[str, Any]]]: ...
+
+    def tag(
+        self,
+        texts: str | Iterable[str],
+        aggregation_strategy: str = "simple",
+        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+        stride: int | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+        """Named entities (or any token labels) of each text, as ``pipeline("token-classification")`` gives them.
+
+        The windows of every text are batched together by the token budget; a text longer than the model's
+        positions (512) is cut into windows sharing ``stride`` tokens and their entities merged as the
+        pipeline merges them. See :mod:`bertonnx.tasks.tag` for the steps.
+
+        Args:
+            texts: a string, or an iterable of strings (read 512 at a time).
+            aggregation_strategy: ``none`` (one answer per token), ``simple`` (B-/I- tags grouped),
+                ``first``, ``average`` or ``max`` (one label per word, then grouped).
+            ignore_labels: labels left out (default ``("O",)``; ``()`` keeps every token).
+            stride: tokens shared by consecutive windows of a long text (``0 <= stride < 510``); ``None``
+                refuses texts longer than the model's positions.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one string, its list of entities; for an iterable, one list per text. With ``none`` each
+            entity is ``{"entity", "score", "index", "word", "start", "end"}``, else ``{"entity_group",
+            "score", "word", "start", "end"}``; ``start``/``end`` are character offsets into the text
+            (``text[start:end]`` is the entity as written), ``score`` a float probability.
+
+        Raises:
+            HeadMissingError: the export has no token-classification head.
+            TypeError: a text is not a string, ``ignore_labels`` is a single string, or an option has the
+                wrong type.
+            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
+                longer than the model's positions without ``stride``.
+        """
+        self.require_task("tag")
+        ignore = check_ignore_labels(ignore_labels)
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        single = isinstance(texts, str)
+        found: list[list[dict[str, Any]]] = []
+        for start, chunk, _ in iter_chunks(_checked(_as_texts(texts, "texts"), "texts"), None, TOKENIZE_CHUNK_TEXTS):
+            found += tag_texts(
+                self.run_batch,
+                self.windowing,
+                self.token_strings,
+                self.labels,
+                chunk,
+                max_length=self.max_length,
+                limits=limits,
+                aggregation_strategy=aggregation_strategy,
+                ignore_labels=ignore,
+                stride=stride,
+                first_index=start,
+            )
+        if single:
+            return found[0]
+        return found
+
+    def answer(
+        self,
+        question: str | Iterable[str],
+        context: str | Iterable[str],
+        top_k: int = 1,
+        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+        doc_stride: int = DEFAULT_DOC_STRIDE,
+        handle_impossible_answer: bool = False,
+        *,
+        max_seq_len: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> Any:
+        """Extractive answers, as ``pipeline("question-answering")`` finds them.
+
+        Each question is paired with its context in windows of ``max_seq_len`` tokens (the whole question
+        and a slice of the context, consecutive slices sharing ``doc_stride`` tokens); the windows of every
+        question are batched together by the token budget, and the best spans over a question's windows
+        win. See :mod:`bertonnx.tasks.answer` for the steps.
+
+        Args:
+            question: a question, or an iterable of questions.
+            context: the context of every question (a string), or one context per question.
+            top_k: answers per question (fewer when the context holds fewer).
+            max_answer_len: longest answer in tokens.
+            doc_stride: context tokens shared by consecutive windows of a long context.
+            handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
+                scored as the model scores ``[CLS]``.
+            max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            Per question ``{"score": float, "start": int, "end": int, "answer": str}`` when ``top_k == 1``,
+            else a list of up to ``top_k`` of them, best first; ``answer == context[start:end]``. For one
+            question string that answer itself, for an iterable of questions a list of answers.
+
+        Raises:
+            HeadMissingError: the export has no question-answering head.
+            TypeError: a question or context is not a string, a list of contexts comes with one question
+                string, or an option has the wrong type.
+            ValueError: questions and contexts differ in number; an empty question or context, or one made
+                only of whitespace or control characters; a question leaving no room for context in a
+                window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
+                ``max_answer_len`` < 1; ``max_seq_len`` out of range.
+        """
+        self.require_task("answer")
+        window = self.qa_window if max_seq_len is None else max_seq_len
+        _check_positive_int(window, "max_seq_len")
+        if not SPECIAL_TOKENS_PAIR + 2 <= window <= self.max_length:
+            raise ValueError(
+                f"max_seq_len must be between {SPECIAL_TOKENS_PAIR + 2} and the model's {self.max_length} "
+                f"positions, got {window}"
+            )
+        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
+            raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
+        single = isinstance(question, str)
+        questions = list(_checked(_as_texts(question, "question"), "question"))
+        if isinstance(context, str):
+            contexts = [context] * len(questions)
+        elif single:
+            raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
+        else:
+            contexts = list(_checked(_as_texts(context, "context"), "context"))
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        cls_id = self.tokenizer.token_to_id("[CLS]")
+        found: list[list[dict[str, Any]]] = []
+        for start in range(0, max(len(questions), 1), TOKENIZE_CHUNK_TEXTS):
+            found += answer_questions(
+                self.run_batch,
+                self.windowing,
+                cls_id,
+                questions[start : start + TOKENIZE_CHUNK_TEXTS],
+                contexts[start : start + TOKENIZE_CHUNK_TEXTS],
+                max_length=window,
+                limits=limits,
+                doc_stride=doc_stride,
+                top_k=top_k,
+                max_answer_len=max_answer_len,
+                handle_impossible_answer=handle_impossible_answer,
+                first_index=start,
+            )
+        shaped: list[Any] = [answers[0] if top_k == 1 and answers else answers for answers in found]
+        return shaped[0] if single else shaped

@@ -1,9 +1,10 @@
 """Token classification (``tag``) and question answering (``answer``) equal transformers' pipelines.
 
-The post-processing (:mod:`bertonnx.tasks.tag`, :mod:`bertonnx.tasks.answer`) and the windowing
-(:mod:`bertonnx.windows`) are checked here on their own: the tiny seeded checkpoints run in torch, the pipeline
-answers, and our code answers from the same model's logits for our own windows. Words, labels, offsets and
-answers must be identical and scores within 1e-4.
+Tiny seeded ``BertForTokenClassification`` and ``BertForQuestionAnswering`` checkpoints are exported, and
+``BertOnnx.tag`` / ``BertOnnx.answer``, the server's ``/tag`` and ``/answer`` and the CLI answer what
+``pipeline("token-classification")`` / ``pipeline("question-answering")`` answer on the same checkpoint in
+torch: words, labels, offsets and answers identical, scores within 1e-4 (fp32, optimized), on unicode texts,
+a text tagged in windows (stride) and a context over 512 tokens. int8 is held to the limits stated below.
 
 The checkpoints are ``tests/heads.py``'s with unit LayerNorms and a unit-scale head (see
 :func:`sharpen`): with the seeded 0.05-scale weights every token gets the same label at ~0.2 probability, which
@@ -18,9 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bertonnx import BertOnnx
+from bertonnx.errors import HeadMissingError
 from bertonnx.tasks.answer import answers
-from bertonnx.tasks.tag import AGGREGATION_STRATEGIES, TokenStrings, check_aggregation_strategy, entities
-from bertonnx.windows import Windowing
+from bertonnx.tasks.tag import AGGREGATION_STRATEGIES, check_aggregation_strategy, entities
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -105,21 +107,6 @@ def load(directory: Path, architecture: str) -> tuple[Any, Any, Any]:
     return model, tokenizer, base
 
 
-def run_windows(model: Any, windows: list[Any]) -> list[Any]:
-    """The model's raw outputs for each window, one window per run (as the pipelines run them)."""
-    outputs = []
-    for window in windows:
-        with torch.no_grad():
-            outputs.append(
-                model(
-                    input_ids=torch.tensor([window.ids]),
-                    attention_mask=torch.tensor([window.attention_mask]),
-                    token_type_ids=torch.tensor([window.type_ids]),
-                )
-            )
-    return outputs
-
-
 def assert_same(theirs: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
     assert len(ours) == len(theirs), (theirs, ours)
     for expected, got in zip(theirs, ours, strict=True):
@@ -133,47 +120,99 @@ def assert_same(theirs: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Non
                 assert got[key] == value, (key, expected, got)
 
 
+#: Variants held to the pipeline's answers exactly (scores within the tolerances above).
+EXACT_VARIANTS = ("fp32", "optimized")
+#: int8's stated limits, measured on these checkpoints: the share of pipeline entities (label, start, end)
+#: and of best answers (start, end) int8 finds identically, and its largest score error on those.
+INT8_MIN_ENTITY_AGREEMENT = 0.85
+INT8_MIN_ANSWER_AGREEMENT = 0.8
+INT8_MAX_SCORE_ERROR = 0.1
+#: bf16 is left out: its OpenVINO graph gave no token_logits when this was written (see the branch's note).
+EXPORT_VARIANTS = ("fp32", "optimized", "int8")
+#: A token budget that splits the windows of one long input over several batches.
+SMALL_BUDGET = 1024
+
+
+def export(checkpoint: Path, outdir: Path) -> Path:
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    run_export(ExportOptions(outdir=outdir, model=str(checkpoint), variants=EXPORT_VARIANTS), log=lambda m: None)
+    return outdir
+
+
 @pytest.fixture(scope="module")
-def ner(ner_checkpoint: Path) -> tuple[Any, Any, Windowing, TokenStrings, list[str]]:
-    model, tokenizer, base = load(ner_checkpoint, "BertForTokenClassification")
-    labels = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    return model, tokenizer, Windowing(base), TokenStrings(base), labels
+def ner_export(ner_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(ner_checkpoint, tmp_path_factory.mktemp("ner-export") / "model")
 
 
-def tag_with_torch(ner: Any, text: str, strategy: str, stride: int | None) -> list[dict[str, Any]]:
-    model, _, windowing, strings, labels = ner
-    windows = windowing.text_windows([text], max_length=POSITIONS, stride=stride)[0]
-    logits = [output.logits[0].numpy() for output in run_windows(model, windows)]
-    return entities(text, windows, logits, labels, strings, aggregation_strategy=strategy)
+@pytest.fixture(scope="module")
+def qa_export(qa_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export(qa_checkpoint, tmp_path_factory.mktemp("qa-export") / "model")
+
+
+@pytest.fixture(scope="module")
+def ner_pipe(ner_checkpoint: Path) -> Any:
+    model, tokenizer, _ = load(ner_checkpoint, "BertForTokenClassification")
+    return transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def qa_pipe(qa_checkpoint: Path) -> Any:
+    model, tokenizer, _ = load(qa_checkpoint, "BertForQuestionAnswering")
+    return transformers.pipeline("question-answering", model=model, tokenizer=tokenizer, device="cpu")
+
+
+def runtime(directory: Path, variant: str = "fp32") -> BertOnnx:
+    return BertOnnx(directory, variant)
+
+
+def as_list(found: Any) -> list[dict[str, Any]]:
+    return found if isinstance(found, list) else [found]
+
+
+# -- tag -------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("strategy", AGGREGATION_STRATEGIES)
-def test_tag_equals_pipeline_on_unicode(ner: Any, strategy: str) -> None:
-    model, tokenizer, *_ = ner
-    pipe = transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
-    labels_seen: set[str] = set()
-    for text in UNICODE_TEXTS:
-        ours = tag_with_torch(ner, text, strategy, None)
-        assert_same(pipe(text, aggregation_strategy=strategy), ours)
-        for entity in ours:  # offsets index the caller's string, whatever it holds
-            assert 0 <= entity["start"] <= entity["end"] <= len(text)
-            labels_seen.add(entity.get("entity", entity.get("entity_group")))
+def test_tag_equals_pipeline(ner_export: Path, ner_pipe: Any, strategy: str) -> None:
+    expected = [ner_pipe(text, aggregation_strategy=strategy) for text in UNICODE_TEXTS]
+    windowed = None if strategy == "none" else ner_pipe(LONG_TEXT, aggregation_strategy=strategy, stride=64)
+    labels_seen = {e.get("entity", e.get("entity_group")) for found in expected for e in found}
     assert len(labels_seen) >= (3 if strategy == "none" else 2)  # the sharpened head tells tokens apart
+    for variant in EXACT_VARIANTS:
+        model = runtime(ner_export, variant)
+        found = model.tag(UNICODE_TEXTS, strategy, max_batch_tokens=SMALL_BUDGET)
+        for text, theirs, ours in zip(UNICODE_TEXTS, expected, found, strict=True):
+            assert_same(theirs, ours)
+            for entity in ours:  # offsets index the caller's string, whatever it holds
+                assert 0 <= entity["start"] <= entity["end"] <= len(text)
+        assert_same(expected[1], model.tag(UNICODE_TEXTS[1], strategy))  # one string in: one list out
+        if windowed is not None:
+            ours = model.tag([LONG_TEXT], strategy, stride=64, max_batch_tokens=SMALL_BUDGET)[0]
+            assert_same(windowed, ours)
+            assert ours[-1]["end"] > len(LONG_TEXT) - 40  # the last window was tagged too
 
 
-@pytest.mark.parametrize("strategy", [s for s in AGGREGATION_STRATEGIES if s != "none"])
-def test_tag_long_text_windows_merge_as_pipeline(ner: Any, strategy: str) -> None:
-    model, tokenizer, windowing, *_ = ner
-    windows = windowing.text_windows([LONG_TEXT], max_length=POSITIONS, stride=64)[0]
-    assert len(windows) >= 3
-    pipe = transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
-    ours = tag_with_torch(ner, LONG_TEXT, strategy, 64)
-    assert_same(pipe(LONG_TEXT, aggregation_strategy=strategy, stride=64), ours)
-    assert ours[-1]["end"] > len(LONG_TEXT) - 40  # the last window was tagged too
+def test_tag_int8_within_stated_limits(ner_export: Path, ner_pipe: Any) -> None:
+    model = runtime(ner_export, "int8")
+    agree = total = 0
+    worst = 0.0
+    for text in [*UNICODE_TEXTS, LONG_TEXT]:
+        theirs = ner_pipe(text, aggregation_strategy="simple", stride=64)
+        ours = {(e["entity_group"], e["start"], e["end"]): e["score"] for e in model.tag(text, stride=64)}
+        for entity in theirs:
+            total += 1
+            key = (entity["entity_group"], entity["start"], entity["end"])
+            if key in ours:
+                agree += 1
+                worst = max(worst, abs(ours[key] - float(entity["score"])))
+    assert agree / total >= INT8_MIN_ENTITY_AGREEMENT, (agree, total)
+    assert worst <= INT8_MAX_SCORE_ERROR
 
 
-def test_text_windows_equal_the_fast_tokenizer_overflow(ner: Any) -> None:
-    _, tokenizer, windowing, *_ = ner
+def test_text_windows_equal_the_fast_tokenizer_overflow(ner_export: Path, ner_checkpoint: Path) -> None:
+    windowing = runtime(ner_export).windowing
+    tokenizer = transformers.AutoTokenizer.from_pretrained(ner_checkpoint, model_max_length=POSITIONS)
     for stride in (0, 1, 64, POSITIONS - 3):
         windows = windowing.text_windows([LONG_TEXT], max_length=POSITIONS, stride=stride)[0]
         theirs = tokenizer(
@@ -183,76 +222,90 @@ def test_text_windows_equal_the_fast_tokenizer_overflow(ner: Any) -> None:
         assert [w.offsets for w in windows] == [[tuple(o) for o in offsets] for offsets in theirs["offset_mapping"]]
 
 
-def test_tag_errors_name_the_fix(ner: Any) -> None:
-    _, _, windowing, strings, labels = ner
-    with pytest.raises(ValueError, match=r"text 0 has \d+ tokens, more than the 512 .* pass stride"):
-        windowing.text_windows([LONG_TEXT], max_length=POSITIONS, stride=None)
+def test_tag_errors_name_the_fix(ner_export: Path, qa_export: Path) -> None:
+    model = runtime(ner_export)
+    with pytest.raises(ValueError, match=r"text 1 has \d+ tokens, more than the 512 .* pass stride"):
+        model.tag(["short", LONG_TEXT])
     with pytest.raises(ValueError, match=r"stride=510 must be >= 0 and smaller than max_length - 2 = 510"):
-        windowing.text_windows(["short"], max_length=POSITIONS, stride=POSITIONS - 2)
+        model.tag("short", stride=POSITIONS - 2)
     with pytest.raises(ValueError, match="stride=-1"):
-        windowing.text_windows(["short"], max_length=POSITIONS, stride=-1)
+        model.tag("short", stride=-1)
     with pytest.raises(ValueError, match=r"unknown aggregation_strategy 'grouped'; expected one of none, simple"):
-        check_aggregation_strategy("grouped")
+        model.tag("short", "grouped")
+    with pytest.raises(ValueError, match="use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride"):
+        model.tag("short", "none", stride=16)
+    with pytest.raises(TypeError, match=r"ignore_labels must be a list or tuple of label names, got str"):
+        model.tag("short", ignore_labels="O")
+    with pytest.raises(TypeError, match=r"texts\[1\] is None"):
+        model.tag(["a", None])  # type: ignore[list-item]
     assert check_aggregation_strategy("MAX") == "max"
-    windows = windowing.text_windows([LONG_TEXT], max_length=POSITIONS, stride=8)[0]
-    logits = [np.zeros((len(w), len(labels)), dtype=np.float32) for w in windows]
+    assert model.tag("Paris", ignore_labels=()) != []  # nothing ignored: every group shown
+    missing = r"no token-classification head; it was exported from BertForQuestionAnswering and offers .*Export a"
+    with pytest.raises(HeadMissingError, match=missing + " BertForTokenClassification checkpoint"):
+        runtime(qa_export).tag("Paris")
+    windows = model.windowing.text_windows([LONG_TEXT], max_length=POSITIONS, stride=8)[0]
+    logits = [np.zeros((len(w), len(model.labels)), dtype=np.float32) for w in windows]
     with pytest.raises(ValueError, match="windowed text needs an aggregation_strategy other than 'none'"):
-        entities(LONG_TEXT, windows, logits, labels, strings, aggregation_strategy="none")
+        entities(LONG_TEXT, windows, logits, model.labels, model.token_strings, aggregation_strategy="none")
 
 
-@pytest.fixture(scope="module")
-def qa(qa_checkpoint: Path) -> tuple[Any, Any, Windowing, int]:
-    model, tokenizer, base = load(qa_checkpoint, "BertForQuestionAnswering")
-    return model, tokenizer, Windowing(base), base.token_to_id("[CLS]")
+# -- answer ----------------------------------------------------------------------------------------------
+
+ANSWER_OPTIONS = [{}, {"top_k": 3}, {"top_k": 2, "max_answer_len": 1}, {"handle_impossible_answer": True, "top_k": 2}]
 
 
-def answer_with_torch(qa: Any, question: str, context: str, **options: Any) -> list[dict[str, Any]]:
-    model, _, windowing, cls_id = qa
-    windows = windowing.question_windows([question], [context], max_length=QA_WINDOW, stride=128)[0]
-    outputs = run_windows(model, windows)
-    return answers(
-        context,
-        windows,
-        [o.start_logits[0].numpy() for o in outputs],
-        [o.end_logits[0].numpy() for o in outputs],
-        cls_id=cls_id,
-        **options,
-    )
+@pytest.mark.parametrize("options", ANSWER_OPTIONS, ids=["default", "top3", "one-token", "impossible"])
+def test_answer_equals_pipeline(qa_export: Path, qa_pipe: Any, options: dict[str, Any]) -> None:
+    questions = [q for q in QUESTIONS for _ in CONTEXTS]
+    contexts = [c for _ in QUESTIONS for c in CONTEXTS]
+    expected = [as_list(qa_pipe(question=q, context=c, **options)) for q, c in zip(questions, contexts, strict=True)]
+    for variant in EXACT_VARIANTS if not options else EXACT_VARIANTS[:1]:
+        found = runtime(qa_export, variant).answer(questions, contexts, **options)
+        for context, theirs, ours in zip(contexts, expected, found, strict=True):
+            assert_same(theirs, as_list(ours))
+            for answer in as_list(ours):
+                assert answer["answer"] == context[answer["start"] : answer["end"]]
+    single = runtime(qa_export).answer(QUESTIONS[0], CONTEXTS[0], **options)
+    assert isinstance(single, dict if options.get("top_k", 1) == 1 else list)
+    assert_same(expected[0], as_list(single))
 
 
-def pipeline_answers(qa: Any, question: str, context: str, **options: Any) -> list[dict[str, Any]]:
-    model, tokenizer, *_ = qa
-    pipe = transformers.pipeline("question-answering", model=model, tokenizer=tokenizer, device="cpu")
-    found = pipe(question=question, context=context, **options)
-    return found if isinstance(found, list) else [found]
-
-
-@pytest.mark.parametrize(
-    "options",
-    [{}, {"top_k": 3}, {"top_k": 2, "max_answer_len": 1}, {"handle_impossible_answer": True, "top_k": 2}],
-    ids=["default", "top3", "one-token", "impossible"],
-)
-def test_answer_equals_pipeline_on_unicode(qa: Any, options: dict[str, Any]) -> None:
-    for question in QUESTIONS:
-        for context in CONTEXTS:
-            ours = answer_with_torch(qa, question, context, **options)
-            assert_same(pipeline_answers(qa, question, context, **options), ours)
-            for found in ours:
-                assert found["answer"] == context[found["start"] : found["end"]]
-
-
-def test_answer_over_long_context_equals_pipeline(qa: Any) -> None:
-    _, tokenizer, windowing, _ = qa
+def test_answer_over_a_context_of_more_than_512_tokens(qa_export: Path, qa_pipe: Any, qa_checkpoint: Path) -> None:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(qa_checkpoint)
     assert len(tokenizer(LONG_CONTEXT)["input_ids"]) > POSITIONS
-    windows = windowing.question_windows([QUESTIONS[0]], [LONG_CONTEXT], max_length=QA_WINDOW, stride=128)[0]
+    model = runtime(qa_export)
+    windows = model.windowing.question_windows([QUESTIONS[0]], [LONG_CONTEXT], max_length=QA_WINDOW, stride=128)[0]
     assert len(windows) >= 3
-    for options in ({}, {"top_k": 4}, {"top_k": 2, "handle_impossible_answer": True}):
-        ours = answer_with_torch(qa, QUESTIONS[0], LONG_CONTEXT, **options)
-        assert_same(pipeline_answers(qa, QUESTIONS[0], LONG_CONTEXT, **options), ours)
+    expected = [as_list(qa_pipe(question=q, context=LONG_CONTEXT, top_k=2)) for q in QUESTIONS]
+    for variant in EXACT_VARIANTS:  # every question's windows batched together, split over several batches
+        found = runtime(qa_export, variant).answer(QUESTIONS, LONG_CONTEXT, top_k=2, max_batch_tokens=SMALL_BUDGET)
+        for theirs, ours in zip(expected, found, strict=True):
+            assert_same(theirs, ours)
+    theirs = as_list(qa_pipe(question=QUESTIONS[1], context=LONG_CONTEXT, doc_stride=0, handle_impossible_answer=True))
+    assert_same(theirs, [model.answer(QUESTIONS[1], LONG_CONTEXT, doc_stride=0, handle_impossible_answer=True)])
+    theirs = as_list(qa_pipe(question=QUESTIONS[0], context=LONG_CONTEXT, max_seq_len=POSITIONS))
+    assert_same(theirs, [model.answer(QUESTIONS[0], LONG_CONTEXT, max_seq_len=POSITIONS)])
 
 
-def test_question_windows_equal_the_fast_tokenizer_overflow(qa: Any) -> None:
-    _, tokenizer, windowing, _ = qa
+def test_answer_int8_within_stated_limits(qa_export: Path, qa_pipe: Any) -> None:
+    model = runtime(qa_export, "int8")
+    agree = total = 0
+    worst = 0.0
+    for question in QUESTIONS:
+        for context in (*CONTEXTS, LONG_CONTEXT):
+            theirs = qa_pipe(question=question, context=context)
+            ours = model.answer(question, context)
+            total += 1
+            if (ours["start"], ours["end"]) == (theirs["start"], theirs["end"]):
+                agree += 1
+                worst = max(worst, abs(ours["score"] - theirs["score"]))
+    assert agree / total >= INT8_MIN_ANSWER_AGREEMENT, (agree, total)
+    assert worst <= INT8_MAX_SCORE_ERROR
+
+
+def test_question_windows_equal_the_fast_tokenizer_overflow(qa_export: Path, qa_checkpoint: Path) -> None:
+    windowing = runtime(qa_export).windowing
+    tokenizer = transformers.AutoTokenizer.from_pretrained(qa_checkpoint)
     for stride in (0, 128, 300):
         windows = windowing.question_windows([QUESTIONS[2]], [LONG_CONTEXT], max_length=QA_WINDOW, stride=stride)[0]
         theirs = tokenizer(
@@ -268,103 +321,34 @@ def test_question_windows_equal_the_fast_tokenizer_overflow(qa: Any) -> None:
         assert [w.sequence_ids for w in windows] == [theirs.sequence_ids(i) for i in range(len(windows))]
 
 
-def test_answer_errors_name_the_fix(qa: Any) -> None:
-    _, _, windowing, cls_id = qa
-    long_question = " ".join(["why"] * 400)
+def test_answer_errors_name_the_fix(qa_export: Path, ner_export: Path) -> None:
+    model = runtime(qa_export)
     with pytest.raises(ValueError, match=r"question 0 has 400 tokens, which leaves no room for its context"):
-        windowing.question_windows([long_question], [LONG_CONTEXT], max_length=QA_WINDOW, stride=128)
+        model.answer(" ".join(["why"] * 400), LONG_CONTEXT)
     question = " ".join(["why"] * 300)  # 81 context tokens per window
     with pytest.raises(ValueError, match=r"doc_stride=128 must be >= 0 and smaller than the 81 context tokens"):
-        windowing.question_windows([question], [LONG_CONTEXT], max_length=QA_WINDOW, stride=128)
-    windows = windowing.question_windows([question], [LONG_CONTEXT], max_length=QA_WINDOW, stride=80)[0]
-    assert len(windows) > 1
+        model.answer(question, LONG_CONTEXT)
+    assert model.answer(question, LONG_CONTEXT[:1000], doc_stride=80)["answer"]
     with pytest.raises(ValueError, match="max_answer_len must be >= 1, got 0"):
-        answers("c", [], [], [], cls_id=cls_id, max_answer_len=0)
+        model.answer("why?", "a context", max_answer_len=0)
     with pytest.raises(ValueError, match="top_k must be >= 1, got 0"):
-        answers("c", [], [], [], cls_id=cls_id, top_k=0)
-    with pytest.raises(ValueError, match="questions and contexts differ in length"):
-        windowing.question_windows(["a", "b"], ["c"], max_length=QA_WINDOW, stride=128)
-
-
-def torch_run_batch(model: Any) -> Any:
-    """A ``run_batch`` backed by the torch model (padded batches, as the runtime feeds onnxruntime)."""
-
-    def run_batch(batch: Any, names: Any) -> dict[str, np.ndarray]:
-        with torch.no_grad():
-            output = model(
-                input_ids=torch.from_numpy(batch.input_ids),
-                attention_mask=torch.from_numpy(batch.attention_mask),
-                token_type_ids=torch.from_numpy(batch.token_type_ids),
-            )
-        graph = (
-            {"token_logits": output.logits}
-            if hasattr(output, "logits")
-            else {"start_logits": output.start_logits, "end_logits": output.end_logits}
-        )
-        return {name: graph[name].numpy() for name in names}
-
-    return run_batch
-
-
-def test_tag_texts_batches_windows_of_many_texts(ner: Any) -> None:
-    from bertonnx.batching import BatchLimits
-    from bertonnx.tasks.tag import tag_texts
-
-    model, tokenizer, windowing, strings, labels = ner
-    pipe = transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device="cpu")
-    texts = [LONG_TEXT, *UNICODE_TEXTS, LONG_TEXT[:700]]
-    ours = tag_texts(
-        torch_run_batch(model),
-        windowing,
-        strings,
-        labels,
-        texts,
-        max_length=POSITIONS,
-        limits=BatchLimits(max_batch_tokens=1024),  # several batches, windows of one text in different ones
-        aggregation_strategy="average",
-        stride=32,
-    )
-    for text, found in zip(texts, ours, strict=True):
-        assert_same(pipe(text, aggregation_strategy="average", stride=32), found)
-
-
-def test_answer_questions_batches_windows_of_many_questions(qa: Any) -> None:
-    from bertonnx.batching import BatchLimits
-    from bertonnx.tasks.answer import answer_questions
-
-    model, _, windowing, cls_id = qa
-    questions = [*QUESTIONS, QUESTIONS[1]]
-    contexts = [CONTEXTS[0], LONG_CONTEXT, CONTEXTS[1], LONG_CONTEXT]
-    ours = answer_questions(
-        torch_run_batch(model),
-        windowing,
-        cls_id,
-        questions,
-        contexts,
-        max_length=QA_WINDOW,
-        limits=BatchLimits(max_batch_tokens=800),
-        top_k=2,
-    )
-    for question, context, found in zip(questions, contexts, ours, strict=True):
-        assert_same(pipeline_answers(qa, question, context, top_k=2), found)
-
-
-def test_answer_questions_refuses_empty_and_blank_inputs(qa: Any) -> None:
-    from bertonnx.batching import BatchLimits
-    from bertonnx.tasks.answer import answer_questions
-
-    model, _, windowing, cls_id = qa
-
-    def ask(question: str, context: str) -> Any:
-        return answer_questions(
-            torch_run_batch(model), windowing, cls_id, [question], [context], max_length=QA_WINDOW, limits=BatchLimits()
-        )
-
-    with pytest.raises(ValueError, match="question 0 is empty; pass a non-empty question"):
-        ask("", "some context")
+        model.answer("why?", "a context", top_k=0)
+    with pytest.raises(ValueError, match="question 1 is empty; pass a non-empty question"):
+        model.answer(["why?", ""], "a context")
     with pytest.raises(ValueError, match="context 0 is empty"):
-        ask("why?", "")
+        model.answer("why?", "")
     with pytest.raises(ValueError, match=r"context 0 has no tokens \(it holds only whitespace or control"):
-        ask("why?", " \t\n\x01\x02  ")
+        model.answer("why?", " \t\n\x01\x02  ")
     with pytest.raises(ValueError, match="question 0 has no tokens"):
-        ask("\x00 ", "a context")
+        model.answer("\x00 ", "a context")
+    with pytest.raises(ValueError, match="questions and contexts differ in length"):
+        model.answer(["a", "b"], ["c"])
+    with pytest.raises(TypeError, match="a list of contexts needs a list of questions"):
+        model.answer("a", ["c", "d"])
+    with pytest.raises(ValueError, match="max_seq_len must be between 5 and the model's 512 positions, got 600"):
+        model.answer("a", "c", max_seq_len=600)
+    missing = r"no question-answering head; it was exported from BertForTokenClassification .*Export a"
+    with pytest.raises(HeadMissingError, match=missing + " BertForQuestionAnswering checkpoint"):
+        runtime(ner_export).answer("a", "c")
+    with pytest.raises(ValueError, match="top_k must be >= 1"):
+        answers("c", [], [], [], cls_id=101, top_k=0)

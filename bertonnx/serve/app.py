@@ -392,6 +392,9 @@ def create_app(
     _add_openai_routes(app, state)
     _add_kserve_routes(app, state)
     _add_server_routes(app, state)
+    from .spans import add_span_routes  # imports this module: added once the app's helpers exist
+
+    add_span_routes(app, state)
     app.add_middleware(
         BodyLimit, limit=options.payload_limit, timeout=options.request_timeout, draining=lambda: state.draining
     )
