@@ -13,6 +13,10 @@ would test nothing.
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +356,84 @@ def test_answer_errors_name_the_fix(qa_export: Path, ner_export: Path) -> None:
         runtime(ner_export).answer("a", "c")
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         answers("c", [], [], [], cls_id=101, top_k=0)
+
+
+# -- server and command line -----------------------------------------------------------------------------
+
+READY_TIMEOUT_S = 60
+
+
+@contextmanager
+def serving(directory: Path) -> Iterator[Any]:
+    """An in-process client of ``create_app(directory)`` (no socket), once ``/ready`` answers 200."""
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    with TestClient(create_app(directory, threads=1)) as client:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the server was not ready in time"
+            time.sleep(0.05)
+        yield client
+
+
+def test_server_routes_equal_offline(ner_export: Path, qa_export: Path) -> None:
+    ner, qa = runtime(ner_export), runtime(qa_export)
+    with serving(ner_export) as client:
+        for strategy in ("none", "max"):
+            answer = client.post("/tag", json={"inputs": UNICODE_TEXTS, "aggregation_strategy": strategy})
+            assert answer.status_code == 200, answer.text
+            for ours, offline in zip(answer.json(), ner.tag(UNICODE_TEXTS, strategy), strict=True):
+                assert_same(offline, ours)
+        answer = client.post("/tag", json={"inputs": LONG_TEXT, "stride": 64, "ignore_labels": []})
+        assert_same(ner.tag(LONG_TEXT, stride=64, ignore_labels=()), answer.json())
+        refused = client.post("/tag", json={"inputs": ["a", LONG_TEXT]})
+        assert refused.status_code == 422
+        assert "text 1 has" in refused.json()["error"]
+        assert "pass stride" in refused.json()["error"]
+        refused = client.post("/answer", json={"question": "who?", "context": "Paris"})
+        assert refused.status_code == 422
+        assert "no question-answering head" in refused.json()["error"]
+        assert client.post("/tag", json={"inputs": "a", "aggregation_strategy": "grouped"}).status_code == 422
+    with serving(qa_export) as client:
+        body = {"question": QUESTIONS, "context": LONG_CONTEXT, "top_k": 2, "handle_impossible_answer": True}
+        answer = client.post("/answer", json=body)
+        assert answer.status_code == 200, answer.text
+        offline = qa.answer(QUESTIONS, LONG_CONTEXT, top_k=2, handle_impossible_answer=True)
+        for ours, expected in zip(answer.json(), offline, strict=True):
+            assert_same(expected, ours)
+        answer = client.post("/answer", json={"question": QUESTIONS[0], "context": CONTEXTS[1]})
+        assert_same([qa.answer(QUESTIONS[0], CONTEXTS[1])], [answer.json()])
+        refused = client.post("/answer", json={"question": "who?", "context": "Paris", "truncate": True})
+        assert refused.status_code == 422
+        assert "truncate is meaningless for question answering" in refused.json()["error"]
+        refused = client.post("/answer", json={"question": "who?", "context": " \t "})
+        assert refused.status_code == 422
+        assert "context 0 has no tokens" in refused.json()["error"]
+        refused = client.post("/answer", json={"question": "who?", "context": "Paris", "max_answer_len": 0})
+        assert refused.status_code == 422
+        assert "max_answer_len" in refused.json()["error"]
+        paths = client.get("/openapi.json").json()["paths"]
+        assert {"/tag", "/answer"} <= set(paths)
+
+
+def test_cli_tag_and_answer(
+    capsys: pytest.CaptureFixture[str], ner_export: Path, qa_export: Path, tmp_path: Path
+) -> None:
+    from bertonnx.cli import main
+
+    assert main(["tag", str(ner_export), UNICODE_TEXTS[1], "--aggregation-strategy", "first", "--json"]) == 0
+    assert_same(runtime(ner_export).tag(UNICODE_TEXTS[1], "first"), json.loads(capsys.readouterr().out))
+    assert main(["tag", str(ner_export), UNICODE_TEXTS[0]]) == 0
+    assert "Angela" in capsys.readouterr().out  # entities shown with the text they cover
+    context_file = tmp_path / "context.txt"
+    context_file.write_text(LONG_CONTEXT + "\n", encoding="utf-8")
+    argv = ["answer", str(qa_export), "--question", QUESTIONS[0], "--context-file", str(context_file), "--json"]
+    assert main([*argv, "--top-k", "2"]) == 0
+    expected = runtime(qa_export).answer(QUESTIONS[0], LONG_CONTEXT + "\n", top_k=2)
+    assert_same(expected, json.loads(capsys.readouterr().out))
+    assert main(["tag", str(ner_export), LONG_TEXT]) == 2
+    assert "pass --stride (e.g. --stride 128)" in capsys.readouterr().err
+    assert main(["answer", str(ner_export), "--question", "who?", "--context", "Paris"]) == 2
+    assert "no question-answering head" in capsys.readouterr().err
