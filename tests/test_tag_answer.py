@@ -437,3 +437,29 @@ def test_cli_tag_and_answer(
     assert "pass --stride (e.g. --stride 128)" in capsys.readouterr().err
     assert main(["answer", str(ner_export), "--question", "who?", "--context", "Paris"]) == 2
     assert "no question-answering head" in capsys.readouterr().err
+
+
+def test_corpus_job_tags_rows_into_a_list_of_structs_column(ner_export: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from bertonnx.corpus.cli import main as batch
+
+    rows = [*UNICODE_TEXTS, LONG_TEXT]
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in rows), encoding="utf-8")
+    output = tmp_path / "entities.parquet"
+    argv = [str(ner_export), "--input", str(source), "--output", str(output), "--task", "tag", "--threads", "1"]
+    assert batch([*argv, "--stride", "64", "--aggregation-strategy", "first", "--chunk-size", "3"]) == 0
+    table = pq.read_table(output)
+    assert table.column("id").to_pylist() == list(range(len(rows)))
+    offline = runtime(ner_export).tag(rows, "first", stride=64)
+    for found, expected in zip(table.column("entities").to_pylist(), offline, strict=True):
+        renamed = [
+            {"label": e["entity_group"], **{k: e[k] for k in ("score", "word", "start", "end")}} for e in expected
+        ]
+        assert_same(renamed, found)
+    skipped = tmp_path / "skipped.parquet"
+    argv[argv.index(str(output))] = str(skipped)
+    assert batch([*argv, "--on-error", "skip"]) == 0  # no stride: the long row is a bad row
+    assert pq.read_table(skipped).column("id").to_pylist() == list(range(len(rows) - 1))
+    rejects = (tmp_path / "skipped.rejects.jsonl").read_text(encoding="utf-8")
+    assert "pass --stride N (stride=N) to tag it in windows" in rejects

@@ -17,6 +17,7 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 from ..errors import ModelDirectoryError
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
+from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 from .compute import ON_ERROR_MODES, TASKS, TaskOptions
 from .errors import BadRowError, CorpusFileError
 from .job import JobSummary, run_local_job
@@ -50,6 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
     parser.add_argument("--truncate", action="store_true", help="cut inputs longer than the model takes")
+    parser.add_argument(
+        "--aggregation-strategy",
+        choices=AGGREGATION_STRATEGIES,
+        default="simple",
+        help="tag: none (every token), simple (B-/I- grouped), first/average/max (one label per word); default simple",
+    )
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="tag: tag rows over the model's 512 tokens in windows sharing this many tokens (else they are bad rows)",
+    )
+    parser.add_argument(
+        "--ignore-label",
+        action="append",
+        metavar="LABEL",
+        help="tag: leave LABEL out (repeatable; default O); --ignore-label '' keeps every label",
+    )
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_MODES,
@@ -145,6 +164,9 @@ def _run(args: argparse.Namespace) -> JobSummary:
         args.on_error,
         max_batch_tokens=args.max_batch_tokens,
         batch_size=args.batch_size,
+        aggregation_strategy=args.aggregation_strategy,
+        stride=args.stride,
+        ignore_labels=tuple(label for label in args.ignore_label or DEFAULT_IGNORE_LABELS if label),
     )
     for name in ("chunk_size", "actors", "threads_per_actor", "threads"):
         value = getattr(args, name)
