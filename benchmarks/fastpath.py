@@ -496,10 +496,17 @@ def _reference(
     manifest = read_manifest(directory)
     weights = manifest.weights
     if weights["kind"] == "random":
-        source = load_source(manifest.data["source"]["model"], weights="random", seed=weights["seed"])
+        source = load_source(
+            manifest.data["source"]["model"], weights="random", seed=weights["seed"], task=manifest.architecture
+        )
     else:
         model = checkpoint or manifest.data["source"]["model"]
-        source = load_source(model, allow_random_heads=bool(weights["random_heads"]), seed=weights["seed"] or 0)
+        source = load_source(
+            model,
+            allow_random_heads=bool(weights["random_heads"]),
+            seed=weights["seed"] or 0,
+            task=manifest.architecture,
+        )
     module = BertWithHeads(source.model).eval()
     with torch.inference_mode():
         return [

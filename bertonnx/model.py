@@ -189,8 +189,12 @@ class BertOnnx:
         self._output_names = tuple(output_names)
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(OUTPUT_NAMES) - set(output_names):
-            raise ModelDirectoryError(f"{model_path} gives outputs {output_names}; expected {list(OUTPUT_NAMES)}")
+        if set(manifest.graph_outputs) - set(output_names):
+            raise ModelDirectoryError(
+                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
+            )
+        #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
         if manifest.random_weights:
             note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
             warnings.warn(
@@ -278,17 +282,20 @@ class BertOnnx:
             )
         return encodings
 
-    def run_batch(self, batch: Batch, outputs: Sequence[str] = OUTPUT_NAMES) -> dict[str, np.ndarray]:
+    def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run one padded batch and return the requested graph outputs (rows in the batch's order).
 
         Args:
             batch: from :func:`bertonnx.batching.make_batch`.
-            outputs: names among ``last_hidden_state`` ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``
-                and ``nsp_logits`` ``[b, 2]`` (all float32). Asking for fewer saves copying the rest.
+            outputs: names among the graph's outputs (:attr:`output_names`: ``last_hidden_state``
+                ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``, ``nsp_logits`` ``[b, 2]``, ``logits``
+                ``[b, num_labels]`` ..., all float32); default: those of ``OUTPUT_NAMES`` the graph gives.
+                Asking for fewer saves copying the rest.
 
         Raises:
             ValueError: an unknown output name.
         """
+        outputs = self._outputs if outputs is None else outputs
         unknown = [name for name in outputs if name not in self._output_names]
         if unknown:
             raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(self._output_names)}")
@@ -336,12 +343,18 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
-        names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
+        names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
         batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
         parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
         widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
         outputs, lengths = assemble(parts, names, widths)
-        return BertOutput(outputs.get("last_hidden_state"), outputs["pooler_output"], outputs["nsp_logits"], lengths)
+        missing = np.zeros((len(lengths), 0), dtype=np.float32)  # the export has no such head: no made-up values
+        return BertOutput(
+            outputs.get("last_hidden_state"),
+            outputs.get("pooler_output", missing),
+            outputs.get("nsp_logits", missing),
+            lengths,
+        )
 
     @overload
     def nsp(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins

@@ -249,11 +249,18 @@ def minilm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def minilm_export(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path
 ) -> Path:
-    """MiniLM's real weights exported with its NSP head seeded (``--allow-random-heads --seed 0``)."""
+    """MiniLM's real weights exported with its NSP head seeded (``--task next-sentence-prediction
+    --allow-random-heads --seed 0``): the pooler and NSP outputs the real-weights tests compare."""
     from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path_factory.mktemp("minilm-export") / "model"
-    options = ExportOptions(outdir=outdir, model=str(minilm_checkpoint), allow_random_heads=True, seed=MINILM_SEED)
+    options = ExportOptions(
+        outdir=outdir,
+        model=str(minilm_checkpoint),
+        allow_random_heads=True,
+        seed=MINILM_SEED,
+        task="next-sentence-prediction",
+    )
     with announce(request, "exporting the MiniLM checkpoint (real weights)"):
         run_export(options, log=lambda message: None)
     return outdir
