@@ -6,7 +6,7 @@ variant, imported only when that variant is loaded); ``onnx`` is imported only t
 ``inspect`` and ``walkthrough``. It never imports torch, transformers or optimum.
 """
 
-from .errors import ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
 from .model import BertOnnx
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
@@ -15,6 +15,7 @@ from .version import __version__
 __all__ = [
     "BertOnnx",
     "BertOutput",
+    "HeadMissingError",
     "ModelDirectoryError",
     "RandomWeightsWarning",
     "RuntimeOptions",

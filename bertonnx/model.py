@@ -8,6 +8,7 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Collection, Iterable, Iterator, Mapping, MappingView, Sequence, Set
 from functools import cached_property
@@ -38,9 +39,11 @@ from .manifest import (
 )
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
-from .session import open_variant_session, release_freed_memory, run_options
+from .session import build_session, open_variant_session, release_freed_memory, run_options
 from .tasks import POOLING_MODES, Embed, Graph, Nsp
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN, answer_questions
+from .tasks.classify import Classify, LabelScore, RankedIndex, default_function, rank_labels, rank_texts
+from .tasks.fill_mask import FillMask, MaskFill, check_masks
 from .tasks.graph import assemble
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings, check_ignore_labels, tag_texts
 from .tokenizer import SPECIAL_TOKENS_PAIR, TextTokenizer
@@ -62,11 +65,6 @@ __all__ = [
 ]
 
 DEFAULT_VARIANT = "fp32"
-#: What each task needs that an export may lack: the head's name and the checkpoint class that has it.
-TASK_HEADS = {
-    "tag": ("token-classification", "BertForTokenClassification"),
-    "answer": ("question-answering", "BertForQuestionAnswering"),
-}
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 #: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file
@@ -101,6 +99,42 @@ def _checked(items: Iterable[object], name: str) -> Iterator[str]:
             got = "None" if item is None else type(item).__name__
             raise TypeError(f"{name}[{index}] is {got}; every input must be a str")
         yield item
+
+
+#: The token ``fill_mask`` predicts.
+MASK_TOKEN = "[MASK]"
+#: Per task: the head it needs, and which checkpoints have one (for :class:`HeadMissingError`'s fix).
+TASK_HEADS = {
+    "nsp": ("NSP head", "a BertForPreTraining or BertForNextSentencePrediction checkpoint"),
+    "classify": ("classification head", "a BertForSequenceClassification checkpoint"),
+    "rerank": (
+        "one-logit cross-encoder head",
+        "a BertForSequenceClassification checkpoint with num_labels=1 (a cross-encoder)",
+    ),
+    "fill_mask": ("MLM head", "a BertForPreTraining or BertForMaskedLM checkpoint"),
+    "tag": ("token-classification head", "a BertForTokenClassification checkpoint"),
+    "answer": ("question-answering head", "a BertForQuestionAnswering checkpoint"),
+    "embed": (
+        "pooler",
+        "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
+    ),
+}
+
+
+def _clean_up_spaces(manifest: Manifest) -> bool:
+    """transformers' ``clean_up_tokenization_spaces`` from the export's ``tokenizer_config.json`` (BERT: True)."""
+    record = manifest.files.get("tokenizer_config.json")
+    if record is None:
+        return True
+    try:
+        config = json.loads((manifest.directory / record.name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return bool(config.get("clean_up_tokenization_spaces", True)) if isinstance(config, dict) else True
+
+
+def _check_top_k(value: object, name: str = "top_k") -> int:
+    return _check_positive_int(value, name)
 
 
 def _check_positive_int(value: object, name: str) -> int:
@@ -180,7 +214,7 @@ class BertOnnx:
         self.model_path = model_path
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
-        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length)
+        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=_clean_up_spaces(manifest))
         #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
         self.backend: str = manifest.data["variants"][variant].get("backend", VARIANT_BACKENDS[variant])
         if self.backend != VARIANT_BACKENDS[variant]:
@@ -204,6 +238,22 @@ class BertOnnx:
             )
         #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
         self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
+        #: Runtime tasks this export offers (``graph``, the raw outputs, is always offered too).
+        self.tasks: tuple[str, ...] = manifest.tasks
+        self._mlm_session: ort.InferenceSession | None = None
+        self._mask_token_id: int | None = None
+        mlm = manifest.mlm_head
+        if mlm is not None and "fill_mask" in self.tasks:
+            head_path, *_ = [
+                manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256") for name in mlm.files
+            ]
+            self._mlm_session = build_session(head_path, options)
+            self._mlm_names = (mlm.input, mlm.output)
+            self._mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
+            if self._mask_token_id is None:
+                raise ModelDirectoryError(
+                    f"{tokenizer_path} has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
+                )
         if manifest.random_weights:
             note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
             warnings.warn(
@@ -242,6 +292,7 @@ class BertOnnx:
         truncation: bool,
         max_length: int,
         max_batch_tokens: int,
+        mask_token_id: int | None = None,
     ) -> Iterator[Batch]:
         self._check_call(batch_size, truncation, max_length)
         limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
@@ -249,7 +300,12 @@ class BertOnnx:
         second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
 
         def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
-            return self.tokenizer.encode(chunk, pairs, truncation=truncation, max_length=max_length, first_index=start)
+            encodings = self.tokenizer.encode(
+                chunk, pairs, truncation=truncation, max_length=max_length, first_index=start
+            )
+            if mask_token_id is not None:
+                check_masks(encodings, mask_token_id, start)
+            return encodings
 
         return driver.stream(encode, first, second, limits)
 
@@ -296,8 +352,10 @@ class BertOnnx:
 
         Args:
             batch: from :func:`bertonnx.batching.make_batch`.
-            outputs: names among ``last_hidden_state`` ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``
-                and ``nsp_logits`` ``[b, 2]`` (all float32). Asking for fewer saves copying the rest.
+            outputs: names among the graph's outputs (:attr:`output_names`: ``last_hidden_state``
+                ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``, ``nsp_logits`` ``[b, 2]``, ``logits``
+                ``[b, num_labels]`` ..., all float32); default: those of ``OUTPUT_NAMES`` the graph gives.
+                Asking for fewer saves copying the rest.
 
         Raises:
             ValueError: an unknown output name.
@@ -355,9 +413,13 @@ class BertOnnx:
         parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
         widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
         outputs, lengths = assemble(parts, names, widths)
-        for name in ("pooler_output", "nsp_logits"):  # the export has no such head: zero columns, never made up
-            outputs.setdefault(name, np.zeros((len(lengths), 0), dtype=np.float32))
-        return BertOutput(outputs.get("last_hidden_state"), outputs["pooler_output"], outputs["nsp_logits"], lengths)
+        missing = np.zeros((len(lengths), 0), dtype=np.float32)  # the export has no such head: no made-up values
+        return BertOutput(
+            outputs.get("last_hidden_state"),
+            outputs.get("pooler_output", missing),
+            outputs.get("nsp_logits", missing),
+            lengths,
+        )
 
     @overload
     def nsp(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -393,16 +455,12 @@ class BertOnnx:
                 view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
+        self._require("nsp")
         _as_texts(text_a, "text_a")
         _as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
-        if "nsp_logits" not in self._outputs:
-            raise ValueError(
-                f"this export has no NSP head; it was exported from {self.manifest.architecture}. Export a "
-                "BertForPreTraining or BertForNextSentencePrediction checkpoint for next-sentence prediction."
-            )
         batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
         probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
         return float(probability[0]) if single else probability
@@ -435,9 +493,218 @@ class BertOnnx:
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
         """
         task = Embed(pooling, normalize)
+        if pooling == "pooler" and "pooler_output" not in self._output_names:
+            self._require("embed", has_head=False)
         batches = self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens)
         empty = np.zeros((0, self.hidden_size), dtype=np.float32)
         return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+
+    # -- the checkpoint's heads --------------------------------------------------------------------------
+
+    def _require(self, task: str, *, has_head: bool | None = None) -> None:
+        """Raise :class:`HeadMissingError` unless the export offers ``task`` (``has_head`` overrides the check)."""
+        if has_head if has_head is not None else task in self.tasks:
+            return
+        head, fix = TASK_HEADS[task]
+        architecture = self.manifest.architecture
+        labels = self.manifest.num_labels
+        what = f"{architecture} with {labels} labels" if labels is not None else architecture
+        raise HeadMissingError(
+            f"this export has no {head}; it was exported from {what} and offers {', '.join(self.tasks) or 'no task'}. "
+            f"Export {fix} for {task}.",
+            task=task,
+            architecture=architecture,
+            tasks=self.tasks,
+        )
+
+    @overload
+    def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool = ...
+    ) -> list[LabelScore]: ...
+
+    @overload
+    def classify(
+        self,
+        texts: Iterable[str],
+        pairs: Iterable[str] | None = ...,
+        *,
+        top_k: int | None = ...,
+        truncation: bool = ...,
+    ) -> list[list[LabelScore]]: ...
+
+    def classify(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        top_k: int | None = 1,
+        truncation: bool = False,
+    ) -> list[LabelScore] | list[list[LabelScore]]:
+        """Labels of each text (or pair) by the checkpoint's classification head, as
+        ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
+        multi-label and one-logit heads, the raw value for regression.
+
+        Args:
+            texts: a string or an iterable of strings.
+            pairs: second sentences, one per text (segment id 1), or ``None``.
+            top_k: labels per input, highest score first; ``None`` for every label.
+            truncation: cut inputs longer than the model's positions instead of raising.
+
+        Returns:
+            For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
+            list per input, in order. Labels are the checkpoint's ``id2label``.
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            TypeError: an input is not a string, ``texts`` and ``pairs`` mix a string and a list, or an option
+                has the wrong type.
+            ValueError: texts and pairs differ in length, an input is too long without truncation, or
+                ``top_k`` is below 1.
+        """
+        self._require("classify")
+        if top_k is not None:
+            _check_top_k(top_k)
+        single = isinstance(texts, str)
+        if pairs is not None and single != isinstance(pairs, str):
+            raise TypeError("texts and pairs must both be strings or both be lists of strings")
+        labels = self._labels()
+        scores = self.classify_scores(texts, pairs, truncation=truncation)
+        ranked = [rank_labels(row, labels, top_k) for row in scores]
+        return ranked[0] if single else ranked
+
+    def classify_scores(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        function: str | None = None,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> np.ndarray:
+        """Every label's score per input, ``[n, num_labels]`` float32, columns in ``id2label`` order.
+
+        Args:
+            function: ``softmax``, ``sigmoid`` or ``none`` (the logits); default: as
+                ``pipeline("text-classification")`` for this head (see :meth:`classify`).
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            ValueError, TypeError: as :meth:`classify`.
+        """
+        self._require("classify")
+        num_labels = self.manifest.num_labels or 0
+        task = Classify(function or default_function(self.manifest.problem_type, num_labels))
+        batches = self._batches(texts, pairs, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
+        empty = np.zeros((0, num_labels), dtype=np.float32)
+        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+
+    def _labels(self) -> list[str]:
+        id2label = self.manifest.id2label or {}
+        return [id2label.get(i, f"LABEL_{i}") for i in range(self.manifest.num_labels or 0)]
+
+    def rerank(
+        self,
+        query: str,
+        texts: Iterable[str],
+        *,
+        truncation: bool = False,
+        raw_scores: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[RankedIndex]:
+        """Texts ranked by a one-logit cross-encoder's relevance to ``query`` (TEI's ``/rerank`` shape).
+
+        Each ``(query, text)`` pair is one input (query as segment 0); its score is the sigmoid of the logit.
+
+        Args:
+            query: the query.
+            texts: the texts to rank.
+            truncation: cut pairs longer than the model's positions (longest side first) instead of raising.
+            raw_scores: give the logit instead of its sigmoid.
+            batch_size: pairs per ``session.run`` at most.
+
+        Returns:
+            ``[{"index", "score"}]`` for every text, highest score first; ``index`` is the text's position.
+
+        Raises:
+            HeadMissingError: the export is not a one-logit cross-encoder.
+            TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
+            ValueError: a pair is too long without truncation.
+        """
+        self._require("rerank", has_head="rerank" in self.tasks and self.manifest.num_labels == 1)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
+        items = list(_checked(_as_texts(texts, "texts"), "texts"))
+        scores = self.classify_scores(
+            [query] * len(items),
+            items,
+            function="none" if raw_scores else "sigmoid",
+            truncation=truncation,
+            batch_size=batch_size,
+        )
+        return rank_texts(scores[:, 0])
+
+    @overload
+    def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[MaskFill]]: ...
+
+    @overload
+    def fill_mask(
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[list[MaskFill]]]: ...
+
+    def fill_mask(
+        self, texts: str | Iterable[str], *, top_k: int = 5, truncation: bool = False
+    ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
+        """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
+        scores and fields).
+
+        Only the hidden states at ``[MASK]`` positions go through the vocabulary projection, so the cost
+        grows with the number of masks, not with every token.
+
+        Args:
+            texts: a string or an iterable of strings, each with at least one ``[MASK]``.
+            top_k: candidates per mask.
+            truncation: cut texts longer than the model's positions instead of raising.
+
+        Returns:
+            For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
+            "token_str", "sequence"}``, highest score first; for an iterable, one such list per text.
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+            TypeError: an input is not a string, or an option has the wrong type.
+            ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
+                truncation, or ``top_k`` is below 1.
+        """
+        self._require("fill_mask", has_head="fill_mask" in self.tasks and self._mlm_session is not None)
+        _check_top_k(top_k)
+        task = self.fill_mask_task(top_k)
+        batches = self._batches(
+            texts, None, DEFAULT_BATCH_SIZE, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS, task.mask_token_id
+        )
+        answers = driver.list_in_order(driver.run(self.run_batch, task, batches))
+        return answers[0] if isinstance(texts, str) else answers
+
+    def fill_mask_task(self, top_k: int = 5) -> FillMask:
+        """The ``fill_mask`` task on this export's MLM head (the server's engine runs it too).
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+        """
+        self._require("fill_mask", has_head="fill_mask" in self.tasks and self._mlm_session is not None)
+        assert self._mask_token_id is not None  # set whenever the MLM session is
+        return FillMask(self._run_mlm_head, self.tokenizer.decode, self._mask_token_id, _check_top_k(top_k))
+
+    def _run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
+        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits."""
+        assert self._mlm_session is not None
+        name_in, name_out = self._mlm_names
+        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
+        result: np.ndarray = logits
+        return result
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512
@@ -461,23 +728,13 @@ class BertOnnx:
     # -- token classification and question answering (bertonnx.tasks.tag, bertonnx.tasks.answer) -------
 
     def require_task(self, task: str) -> None:
-        """Raise unless the export offers ``task`` (``tag``, ``answer``; see ``Manifest.tasks``).
+        """Raise unless the export offers ``task`` (one of ``Manifest.tasks``, e.g. ``tag``, ``answer``).
 
         Raises:
             HeadMissingError: the export lacks the task's head; the message names what it was exported from,
                 the tasks it offers and the checkpoint to export instead.
         """
-        tasks = self.manifest.tasks
-        if task not in tasks:
-            head, checkpoint = TASK_HEADS.get(task, (task, "a checkpoint with that head"))
-            architecture = self.manifest.architecture
-            raise HeadMissingError(
-                f"this export has no {head} head; it was exported from {architecture} and offers "
-                f"{', '.join(tasks) or 'no task'}. Export a {checkpoint} checkpoint to run {task}.",
-                task=task,
-                architecture=architecture,
-                tasks=tasks,
-            )
+        self._require(task)
 
     @cached_property
     def windowing(self) -> Windowing:
