@@ -266,6 +266,30 @@ def minilm_export(
     return outdir
 
 
+def _tiny_head_export(tmp_path_factory: pytest.TempPathFactory, architecture: str, name: str) -> Path:
+    """A tiny seeded ``architecture`` checkpoint (``tests/heads.py``) exported without flags."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    from .heads import build_tiny_checkpoint
+
+    checkpoint = build_tiny_checkpoint(architecture, tmp_path_factory.mktemp(f"{name}-checkpoint") / "checkpoint")
+    outdir = tmp_path_factory.mktemp(f"{name}-export") / "model"
+    run_export(ExportOptions(outdir=outdir, model=str(checkpoint)), log=lambda message: None)
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def tiny_ner_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny seeded ``BertForTokenClassification`` (labels O, B-/I-PER, B-/I-LOC) exported without flags."""
+    return _tiny_head_export(tmp_path_factory, "BertForTokenClassification", "ner")
+
+
+@pytest.fixture(scope="session")
+def tiny_qa_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny seeded ``BertForQuestionAnswering`` exported without flags."""
+    return _tiny_head_export(tmp_path_factory, "BertForQuestionAnswering", "qa")
+
+
 #: Run in a subprocess: blocks torch/transformers/optimum, then imports every bertonnx module.
 BLOCK_TORCH = """
 import importlib.abc, sys

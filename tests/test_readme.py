@@ -56,7 +56,13 @@ MARKER = re.compile(r"^<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(?P<language>[\w+-]*)\s*$")
 HEADING = re.compile(r"^#+\s+(?P<title>.+)$")
 #: models=NAME[:EXPORT]: the session fixture behind each EXPORT, and the default EXPORT of each NAME.
-EXPORT_FIXTURES = {"tiny": "tiny_export", "bert-base": "bert_base_export", "minilm": "minilm_export"}
+EXPORT_FIXTURES = {
+    "tiny": "tiny_export",
+    "bert-base": "bert_base_export",
+    "minilm": "minilm_export",
+    "ner": "tiny_ner_export",
+    "qa": "tiny_qa_export",
+}
 DEFAULT_EXPORTS = {"bert-base-uncased": "bert-base", "minilm": "minilm"}
 #: Exports the runtime-only venv has (prebuilt, see conftest); a block needing another is not torch-free.
 TORCH_FREE_EXPORTS = ("tiny", "bert-base")
