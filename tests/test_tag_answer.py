@@ -68,7 +68,7 @@ LONG_CONTEXT = " ".join(
 
 
 def sharpen(model: Any, seed: int = SHARPEN_SEED) -> None:
-    """Unit LayerNorms and a N(0, 1) head with zero bias, so labels and spans differ from token to token."""
+    """Unit LayerNorms and a N(0, 1) head (bias N(0, 0.1)), so labels and spans differ from token to token."""
     generator = torch.Generator().manual_seed(seed)
     head = model.classifier if hasattr(model, "classifier") else model.qa_outputs
     with torch.no_grad():
@@ -78,7 +78,7 @@ def sharpen(model: Any, seed: int = SHARPEN_SEED) -> None:
             elif name.endswith("LayerNorm.bias"):
                 param.zero_()
         head.weight.copy_(torch.randn(head.weight.shape, generator=generator))
-        head.bias.zero_()
+        head.bias.copy_(torch.randn(head.bias.shape, generator=generator) * 0.1)
 
 
 def sharp_checkpoint(architecture: str, directory: Path) -> Path:
@@ -189,7 +189,7 @@ def test_tag_equals_pipeline(ner_export: Path, ner_pipe: Any, strategy: str) -> 
             for entity in ours:  # offsets index the caller's string, whatever it holds
                 assert 0 <= entity["start"] <= entity["end"] <= len(text)
         assert_same(expected[1], model.tag(UNICODE_TEXTS[1], strategy))  # one string in: one list out
-        if windowed is not None:
+        if windowed is not None and variant == "fp32":
             ours = model.tag([LONG_TEXT], strategy, stride=64, max_batch_tokens=SMALL_BUDGET)[0]
             assert_same(windowed, ours)
             assert ours[-1]["end"] > len(LONG_TEXT) - 40  # the last window was tagged too
@@ -290,18 +290,17 @@ def test_answer_over_a_context_of_more_than_512_tokens(qa_export: Path, qa_pipe:
 
 
 def test_answer_int8_within_stated_limits(qa_export: Path, qa_pipe: Any) -> None:
-    model = runtime(qa_export, "int8")
-    agree = total = 0
+    questions = [q for q in QUESTIONS for _ in (*CONTEXTS, LONG_CONTEXT)]
+    contexts = [c for _ in QUESTIONS for c in (*CONTEXTS, LONG_CONTEXT)]
+    agree = 0
     worst = 0.0
-    for question in QUESTIONS:
-        for context in (*CONTEXTS, LONG_CONTEXT):
-            theirs = qa_pipe(question=question, context=context)
-            ours = model.answer(question, context)
-            total += 1
-            if (ours["start"], ours["end"]) == (theirs["start"], theirs["end"]):
-                agree += 1
-                worst = max(worst, abs(ours["score"] - theirs["score"]))
-    assert agree / total >= INT8_MIN_ANSWER_AGREEMENT, (agree, total)
+    found = runtime(qa_export, "int8").answer(questions, contexts)
+    for question, context, ours in zip(questions, contexts, found, strict=True):
+        theirs = qa_pipe(question=question, context=context)
+        if (ours["start"], ours["end"]) == (theirs["start"], theirs["end"]):
+            agree += 1
+            worst = max(worst, abs(ours["score"] - theirs["score"]))
+    assert agree / len(questions) >= INT8_MIN_ANSWER_AGREEMENT, agree
     assert worst <= INT8_MAX_SCORE_ERROR
 
 

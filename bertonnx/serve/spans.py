@@ -63,6 +63,8 @@ REQUEST_EXAMPLES["/answer"] = (
 )
 #: Requests of at most this many characters are windowed on the event loop; larger ones in a thread.
 WINDOW_INLINE_CHARS = 2048
+#: Answers of at most this many windows are merged on the event loop; more in a thread.
+MERGE_INLINE_WINDOWS = 16
 TRUNCATE_MEANINGLESS = (
     "truncate is meaningless for question answering: a long context is searched in overlapping windows "
     "(doc_stride tokens shared), never cut; drop the field"
@@ -146,8 +148,9 @@ def _head_missing(exc: HeadMissingError) -> ServeError:
     return ServeError(str(exc), "validation")
 
 
-async def _windows(size: int, work: Any, *args: Any, **kwargs: Any) -> Any:
-    if size <= WINDOW_INLINE_CHARS:
+async def _inline_or_thread(inline: bool, work: Any, *args: Any, **kwargs: Any) -> Any:
+    """``work(*args, **kwargs)`` on the event loop when ``inline`` (cheap), else in a worker thread."""
+    if inline:
         return work(*args, **kwargs)
     return await asyncio.to_thread(work, *args, **kwargs)
 
@@ -170,8 +173,8 @@ def add_span_routes(app: FastAPI, state: ServerState) -> None:
         try:
             model.require_task("tag")
             ignore = check_ignore_labels(body.ignore_labels)
-            windows = await _windows(
-                sum(map(len, texts)),
+            windows = await _inline_or_thread(
+                sum(map(len, texts)) <= WINDOW_INLINE_CHARS,
                 tag_windows,
                 model.windowing,
                 texts,
@@ -186,7 +189,9 @@ def add_span_routes(app: FastAPI, state: ServerState) -> None:
         task = Tag()
         works = [Work(window.ids, window.type_ids, task) for text_windows in windows for window in text_windows]
         logits = await _compute(state, scheduler, request, works)
-        found = merge_entities(
+        found = await _inline_or_thread(
+            len(works) <= MERGE_INLINE_WINDOWS,
+            merge_entities,
             texts,
             windows,
             logits,
@@ -226,8 +231,8 @@ def add_span_routes(app: FastAPI, state: ServerState) -> None:
                     f"max_seq_len must be between {SPECIAL_TOKENS_PAIR + 2} and the model's {model.max_length} "
                     f"positions, got {window}"
                 )
-            windows = await _windows(
-                sum(map(len, questions)) + sum(map(len, set(contexts))),
+            windows = await _inline_or_thread(
+                sum(map(len, questions)) + sum(map(len, set(contexts))) <= WINDOW_INLINE_CHARS,
                 qa_windows,
                 model.windowing,
                 questions,
@@ -242,7 +247,9 @@ def add_span_routes(app: FastAPI, state: ServerState) -> None:
         task = Answer()
         works = [Work(window.ids, window.type_ids, task) for question in windows for window in question]
         logits = await _compute(state, scheduler, request, works)
-        found = merge_answers(
+        found = await _inline_or_thread(
+            len(works) <= MERGE_INLINE_WINDOWS,
+            merge_answers,
             contexts,
             windows,
             logits,
