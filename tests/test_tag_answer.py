@@ -460,3 +460,18 @@ def test_corpus_job_tags_rows_into_a_list_of_structs_column(ner_export: Path, tm
     assert pq.read_table(skipped).column("id").to_pylist() == list(range(len(rows) - 1))
     rejects = (tmp_path / "skipped.rejects.jsonl").read_text(encoding="utf-8")
     assert "pass --stride N (stride=N) to tag it in windows" in rejects
+
+
+def test_tag_and_answer_run_with_torch_blocked(ner_export: Path, qa_export: Path) -> None:
+    from .conftest import run_torch_free
+
+    out = run_torch_free(
+        f"""
+import bertonnx.cli_spans, bertonnx.serve.spans, bertonnx.corpus.compute
+from bertonnx import BertOnnx
+entities = BertOnnx({str(ner_export)!r}).tag(["Angela Merkel met Macron."], "first", stride=16)[0]
+answer = BertOnnx({str(qa_export)!r}).answer("Who met Macron?", "Angela Merkel met Macron.")
+print(all(isinstance(e["start"], int) for e in entities), sorted(answer))
+"""
+    )
+    assert "True ['answer', 'end', 'score', 'start']" in out
