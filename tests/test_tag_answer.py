@@ -475,3 +475,16 @@ print(all(isinstance(e["start"], int) for e in entities), sorted(answer))
 """
     )
     assert "True ['answer', 'end', 'score', 'start']" in out
+
+
+@pytest.mark.slow
+def test_spans_benchmark_runs_on_real_minilm_weights() -> None:
+    """``benchmarks.spans --quick``: MiniLM's real encoder under seeded heads; fp32 must equal the pipelines
+    (the benchmark exits otherwise) before anything is timed."""
+    from benchmarks.spans import run
+
+    from .conftest import minilm_wheel
+
+    report = run(minilm_wheel(), 1, None, quick=True)
+    assert "| bertonnx fp32 |" in report
+    assert "100.0% / 100.0% |" in report.split("| bertonnx fp32 |")[1].splitlines()[0]
