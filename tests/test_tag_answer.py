@@ -126,11 +126,16 @@ def assert_same(theirs: list[dict[str, Any]], ours: list[dict[str, Any]]) -> Non
 
 #: Variants held to the pipeline's answers exactly (scores within the tolerances above).
 EXACT_VARIANTS = ("fp32", "optimized")
-#: int8's stated limits, measured on these checkpoints: the share of pipeline entities (label, start, end)
-#: and of best answers (start, end) int8 finds identically, and its largest score error on those.
-INT8_MIN_ENTITY_AGREEMENT = 0.85
-INT8_MIN_ANSWER_AGREEMENT = 0.8
-INT8_MAX_SCORE_ERROR = 0.1
+#: The lossy variants' stated limits (int8; bf16 where OpenVINO computes in bf16, else it is f32 and exact),
+#: measured on these checkpoints: the share of pipeline entities (label, start, end) and of best answers
+#: (start, end) the variant finds identically, and its largest score error on those.
+LOSSY_VARIANTS = ("int8", "bf16")
+#: Measured 2026-12-01 (AVX512-BF16 CPU): int8 1,098 of 1,102 entities (worst score error 0.051) and 9 of 9
+#: answers (0.0085); bf16 1,100 of 1,102 (0.014) and 9 of 9 (0.0017). The limits leave room for AVX2-only CPUs,
+#: where int8 is lossier (README: the u8 x s8 multiply-add saturates).
+LOSSY_MIN_ENTITY_AGREEMENT = 0.9
+LOSSY_MIN_ANSWER_AGREEMENT = 0.85
+LOSSY_MAX_SCORE_ERROR = 0.1
 #: A token budget that splits the windows of one long input over several batches.
 SMALL_BUDGET = 1024
 
@@ -195,8 +200,9 @@ def test_tag_equals_pipeline(ner_export: Path, ner_pipe: Any, strategy: str) -> 
             assert ours[-1]["end"] > len(LONG_TEXT) - 40  # the last window was tagged too
 
 
-def test_tag_int8_within_stated_limits(ner_export: Path, ner_pipe: Any) -> None:
-    model = runtime(ner_export, "int8")
+@pytest.mark.parametrize("variant", LOSSY_VARIANTS)
+def test_tag_lossy_variants_within_stated_limits(ner_export: Path, ner_pipe: Any, variant: str) -> None:
+    model = runtime(ner_export, variant)
     agree = total = 0
     worst = 0.0
     for text in [*UNICODE_TEXTS, LONG_TEXT]:
@@ -208,8 +214,8 @@ def test_tag_int8_within_stated_limits(ner_export: Path, ner_pipe: Any) -> None:
             if key in ours:
                 agree += 1
                 worst = max(worst, abs(ours[key] - float(entity["score"])))
-    assert agree / total >= INT8_MIN_ENTITY_AGREEMENT, (agree, total)
-    assert worst <= INT8_MAX_SCORE_ERROR
+    assert agree / total >= LOSSY_MIN_ENTITY_AGREEMENT, (agree, total)
+    assert worst <= LOSSY_MAX_SCORE_ERROR
 
 
 def test_text_windows_equal_the_fast_tokenizer_overflow(ner_export: Path, ner_checkpoint: Path) -> None:
@@ -289,19 +295,20 @@ def test_answer_over_a_context_of_more_than_512_tokens(qa_export: Path, qa_pipe:
     assert_same(theirs, [model.answer(QUESTIONS[0], LONG_CONTEXT, max_seq_len=POSITIONS)])
 
 
-def test_answer_int8_within_stated_limits(qa_export: Path, qa_pipe: Any) -> None:
+@pytest.mark.parametrize("variant", LOSSY_VARIANTS)
+def test_answer_lossy_variants_within_stated_limits(qa_export: Path, qa_pipe: Any, variant: str) -> None:
     questions = [q for q in QUESTIONS for _ in (*CONTEXTS, LONG_CONTEXT)]
     contexts = [c for _ in QUESTIONS for c in (*CONTEXTS, LONG_CONTEXT)]
     agree = 0
     worst = 0.0
-    found = runtime(qa_export, "int8").answer(questions, contexts)
+    found = runtime(qa_export, variant).answer(questions, contexts)
     for question, context, ours in zip(questions, contexts, found, strict=True):
         theirs = qa_pipe(question=question, context=context)
         if (ours["start"], ours["end"]) == (theirs["start"], theirs["end"]):
             agree += 1
             worst = max(worst, abs(ours["score"] - theirs["score"]))
-    assert agree / len(questions) >= INT8_MIN_ANSWER_AGREEMENT, agree
-    assert worst <= INT8_MAX_SCORE_ERROR
+    assert agree / len(questions) >= LOSSY_MIN_ANSWER_AGREEMENT, agree
+    assert worst <= LOSSY_MAX_SCORE_ERROR
 
 
 def test_question_windows_equal_the_fast_tokenizer_overflow(qa_export: Path, qa_checkpoint: Path) -> None:
