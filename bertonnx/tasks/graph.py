@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batching import Batch
-from ..manifest import OUTPUT_NAMES
+from ..manifest import GRAPH_OUTPUT_NAMES, OUTPUT_NAMES
 
 __all__ = ["HIDDEN_STATES", "Graph", "assemble"]
 
@@ -38,9 +38,11 @@ class Graph:
     name = "graph"
 
     def __post_init__(self) -> None:
-        unknown = [name for name in self.outputs if name not in OUTPUT_NAMES]
+        unknown = [name for name in self.outputs if name not in GRAPH_OUTPUT_NAMES]
         if unknown or not self.outputs:
-            raise ValueError(f"outputs must be a non-empty subset of {', '.join(OUTPUT_NAMES)}, got {self.outputs}")
+            raise ValueError(
+                f"outputs must be a non-empty subset of {', '.join(GRAPH_OUTPUT_NAMES)}, got {self.outputs}"
+            )
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
