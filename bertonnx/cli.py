@@ -32,14 +32,6 @@ __all__ = ["COMMANDS", "main"]
 MODULE_PAIR = ("the weather is nice", "i agree with you")
 #: The module-01 check of the masked-language-model head.
 MODULE_MASKED = "the capital of france is [MASK]."
-#: Parameter counts of ``bertonnx.info.count_parameters`` that name a head, as ``inspect`` prints them.
-HEAD_COUNT_NAMES = {
-    "pooler": "pooler",
-    "nsp_head": "NSP head",
-    "classifier_head": "classifier",
-    "token_classifier_head": "token classifier",
-    "qa_head": "QA head",
-}
 DESCRIPTION = (
     "Run BERT and its fine-tuned heads (classifiers, rerankers, fill-mask, NSP) on onnxruntime, without PyTorch."
 )
@@ -116,6 +108,16 @@ def _inspect_arguments(parser: ArgumentParser) -> None:
     _add_json(parser)
 
 
+#: Parameter counts an export may hold beside the base model (``bertonnx.info.count_parameters``).
+_PART_LABELS = {
+    "pooler": "pooler",
+    "nsp_head": "NSP head",
+    "classifier_head": "classifier",
+    "token_classifier_head": "token classifier",
+    "qa_head": "QA head",
+}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
@@ -133,7 +135,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"parameters        (counted from {facts['parameters']['counted_from']})",
         f"  BertModel       {_fmt(p['bert_model'])}",
         f"  token embedding {_fmt(p['token_embeddings'])}",
-        *(f"  {HEAD_COUNT_NAMES[key]:<15} {_fmt(p[key])}" for key in HEAD_COUNT_NAMES if key in p),
+        *(f"  {label:<15} {_fmt(p[key])}" for key, label in _PART_LABELS.items() if key in p),
         f"  graph total     {_fmt(p['exported_total'])}",
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),
@@ -428,7 +430,7 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
         "variant": model.variant,
         "random_weights": manifest.random_weights,
     }
-    heads = ", ".join(f"{_fmt(p[key])} {HEAD_COUNT_NAMES[key]}" for key in HEAD_COUNT_NAMES if key in p)
+    heads = ", ".join(f"{_fmt(p[key])} {_PART_LABELS[key]}" for key in _PART_LABELS if key in p)
     random_label = " (RANDOM weights: not a trained model's answer)" if manifest.random_weights else ""
     fill_lines = (
         [f'7. fill-mask "{MODULE_MASKED}"{random_label}']
