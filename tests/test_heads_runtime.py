@@ -39,7 +39,6 @@ CHECKPOINTS: dict[str, dict[str, Any]] = {
     "regression": {"architecture": "BertForSequenceClassification", "num_labels": 2, "problem_type": "regression"},
     "rerank": {"architecture": "BertForSequenceClassification", "num_labels": 1},
     "mlm": {"architecture": "BertForMaskedLM"},
-    "pretraining": {"architecture": "BertForPreTraining"},
     "encoder": {"architecture": "BertModel"},
 }
 #: Variants exported per checkpoint (all three for the single-label classifier: the lossy limit is judged there).
@@ -47,12 +46,15 @@ VARIANTS = {"single": ("fp32", "optimized", "int8")}
 
 
 @pytest.fixture(scope="module")
-def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
-    """``name -> (checkpoint, export)`` for every entry of ``CHECKPOINTS``, exported without flags."""
+def heads(
+    tmp_path_factory: pytest.TempPathFactory, tiny_checkpoint: Path, tiny_export: Path
+) -> dict[str, tuple[Path, Path]]:
+    """``name -> (checkpoint, export)`` for every entry of ``CHECKPOINTS``, exported without flags, and
+    ``pretraining``: the session's tiny ``BertForPreTraining`` (conftest), whose export has the MLM head."""
     from bertonnx_export.pipeline import ExportOptions, run_export
 
     root = tmp_path_factory.mktemp("heads")
-    built = {}
+    built = {"pretraining": (tiny_checkpoint, tiny_export)}
     for name, spec in CHECKPOINTS.items():
         spec = dict(spec)
         checkpoint = build_tiny_checkpoint(spec.pop("architecture"), root / name / "checkpoint", **spec)
