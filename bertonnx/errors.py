@@ -16,6 +16,24 @@ class ModelDirectoryError(ValueError):
     """The model directory is missing, is not a bertonnx export, or a file in it is missing or corrupt."""
 
 
+#: Per task: the head it needs, and which checkpoints have one (the fix :class:`HeadMissingError` names).
+TASK_HEADS = {
+    "nsp": ("NSP head", "a BertForPreTraining or BertForNextSentencePrediction checkpoint"),
+    "classify": ("classification head", "a BertForSequenceClassification checkpoint"),
+    "rerank": (
+        "one-logit cross-encoder head",
+        "a BertForSequenceClassification checkpoint with num_labels=1 (a cross-encoder)",
+    ),
+    "fill_mask": ("MLM head", "a BertForPreTraining or BertForMaskedLM checkpoint"),
+    "tag": ("token-classification head", "a BertForTokenClassification checkpoint"),
+    "answer": ("question-answering head", "a BertForQuestionAnswering checkpoint"),
+    "embed": (
+        "pooler",
+        "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
+    ),
+}
+
+
 class HeadMissingError(ValueError):
     """The export has no head for the asked task; the message names the architecture it was exported from,
     the tasks it offers, and which checkpoint to export for the task.
@@ -31,6 +49,21 @@ class HeadMissingError(ValueError):
         self.task = task
         self.architecture = architecture
         self.tasks = tasks
+
+    @classmethod
+    def for_task(
+        cls, task: str, architecture: str, tasks: tuple[str, ...], num_labels: int | None = None
+    ) -> HeadMissingError:
+        """The error for ``task`` asked of an export of ``architecture`` offering ``tasks``."""
+        head, fix = TASK_HEADS.get(task, (f"head for {task}", "a checkpoint with that head"))
+        what = f"{architecture} with {num_labels} labels" if num_labels is not None else architecture
+        return cls(
+            f"this export has no {head}; it was exported from {what} and offers {', '.join(tasks) or 'no task'}. "
+            f"Export {fix} for {task}.",
+            task=task,
+            architecture=architecture,
+            tasks=tasks,
+        )
 
 
 class RandomWeightsWarning(UserWarning):

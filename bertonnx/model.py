@@ -103,22 +103,6 @@ def _checked(items: Iterable[object], name: str) -> Iterator[str]:
 
 #: The token ``fill_mask`` predicts.
 MASK_TOKEN = "[MASK]"
-#: Per task: the head it needs, and which checkpoints have one (for :class:`HeadMissingError`'s fix).
-TASK_HEADS = {
-    "nsp": ("NSP head", "a BertForPreTraining or BertForNextSentencePrediction checkpoint"),
-    "classify": ("classification head", "a BertForSequenceClassification checkpoint"),
-    "rerank": (
-        "one-logit cross-encoder head",
-        "a BertForSequenceClassification checkpoint with num_labels=1 (a cross-encoder)",
-    ),
-    "fill_mask": ("MLM head", "a BertForPreTraining or BertForMaskedLM checkpoint"),
-    "tag": ("token-classification head", "a BertForTokenClassification checkpoint"),
-    "answer": ("question-answering head", "a BertForQuestionAnswering checkpoint"),
-    "embed": (
-        "pooler",
-        "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
-    ),
-}
 
 
 def _clean_up_spaces(manifest: Manifest) -> bool:
@@ -455,7 +439,7 @@ class BertOnnx:
                 view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
-        self._require("nsp")
+        self.require("nsp")
         _as_texts(text_a, "text_a")
         _as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
@@ -501,21 +485,23 @@ class BertOnnx:
 
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
-    def _require(self, task: str, *, has_head: bool | None = None) -> None:
-        """Raise :class:`HeadMissingError` unless the export offers ``task`` (``has_head`` overrides the check)."""
-        if has_head if has_head is not None else task in self.tasks:
-            return
-        head, fix = TASK_HEADS[task]
-        architecture = self.manifest.architecture
-        labels = self.manifest.num_labels
-        what = f"{architecture} with {labels} labels" if labels is not None else architecture
-        raise HeadMissingError(
-            f"this export has no {head}; it was exported from {what} and offers {', '.join(self.tasks) or 'no task'}. "
-            f"Export {fix} for {task}.",
-            task=task,
-            architecture=architecture,
-            tasks=self.tasks,
-        )
+    def require(self, task: str) -> None:
+        """Check that this export offers ``task`` (``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask`` ...).
+
+        Raises:
+            HeadMissingError: it does not; the message names the architecture, the tasks the export offers
+                and the checkpoint to export instead.
+        """
+        has_head = task in self.tasks
+        if task == "rerank":
+            has_head = has_head and self.manifest.num_labels == 1
+        elif task == "fill_mask":
+            has_head = has_head and self._mlm_session is not None
+        self._require(task, has_head=has_head)
+
+    def _require(self, task: str, *, has_head: bool) -> None:
+        if not has_head:
+            raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
 
     @overload
     def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -561,13 +547,13 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or
                 ``top_k`` is below 1.
         """
-        self._require("classify")
+        self.require("classify")
         if top_k is not None:
             _check_top_k(top_k)
         single = isinstance(texts, str)
         if pairs is not None and single != isinstance(pairs, str):
             raise TypeError("texts and pairs must both be strings or both be lists of strings")
-        labels = self._labels()
+        labels = self.labels
         scores = self.classify_scores(texts, pairs, truncation=truncation)
         ranked = [rank_labels(row, labels, top_k) for row in scores]
         return ranked[0] if single else ranked
@@ -591,14 +577,17 @@ class BertOnnx:
             HeadMissingError: the export has no classification head.
             ValueError, TypeError: as :meth:`classify`.
         """
-        self._require("classify")
+        self.require("classify")
         num_labels = self.manifest.num_labels or 0
         task = Classify(function or default_function(self.manifest.problem_type, num_labels))
         batches = self._batches(texts, pairs, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
         empty = np.zeros((0, num_labels), dtype=np.float32)
         return driver.in_order(driver.run(self.run_batch, task, batches), empty)
 
-    def _labels(self) -> list[str]:
+    @property
+    def labels(self) -> list[str]:
+        """The classifier's label names in logit order (``id2label``; ``LABEL_i`` where it names none), or
+        ``[]`` for an export without a classifier."""
         id2label = self.manifest.id2label or {}
         return [id2label.get(i, f"LABEL_{i}") for i in range(self.manifest.num_labels or 0)]
 
@@ -630,7 +619,7 @@ class BertOnnx:
             TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
             ValueError: a pair is too long without truncation.
         """
-        self._require("rerank", has_head="rerank" in self.tasks and self.manifest.num_labels == 1)
+        self.require("rerank")
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if isinstance(texts, str):
@@ -679,7 +668,7 @@ class BertOnnx:
             ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
                 truncation, or ``top_k`` is below 1.
         """
-        self._require("fill_mask", has_head="fill_mask" in self.tasks and self._mlm_session is not None)
+        self.require("fill_mask")
         _check_top_k(top_k)
         task = self.fill_mask_task(top_k)
         batches = self._batches(
@@ -694,7 +683,7 @@ class BertOnnx:
         Raises:
             HeadMissingError: the export has no MLM head.
         """
-        self._require("fill_mask", has_head="fill_mask" in self.tasks and self._mlm_session is not None)
+        self.require("fill_mask")
         assert self._mask_token_id is not None  # set whenever the MLM session is
         return FillMask(self._run_mlm_head, self.tokenizer.decode, self._mask_token_id, _check_top_k(top_k))
 
@@ -734,7 +723,7 @@ class BertOnnx:
             HeadMissingError: the export lacks the task's head; the message names what it was exported from,
                 the tasks it offers and the checkpoint to export instead.
         """
-        self._require(task)
+        self._require(task, has_head=task in self.tasks)
 
     @cached_property
     def windowing(self) -> Windowing:
@@ -755,13 +744,6 @@ class BertOnnx:
     def tokenizer_path(self) -> Path:
         """The export's ``tokenizer.json``."""
         return self.manifest.directory / TOKENIZER_FILE
-
-    @property
-    def labels(self) -> list[str]:
-        """Label names by index of a classifier export (``id2label``; ``LABEL_i`` where it names none)."""
-        id2label = self.manifest.id2label or {}
-        count = self.manifest.num_labels or len(id2label)
-        return [id2label.get(i, f"LABEL_{i}") for i in range(count)]
 
     @overload
     def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins

@@ -199,8 +199,9 @@ def _weights_note(weights: dict[str, Any]) -> str | None:
     if weights["random_heads"]:
         heads = " and ".join(weights["random_heads"])
         seed = weights["seed"]
-        noun = "heads were" if len(weights["random_heads"]) > 1 else "head was"
-        return f"RANDOM HEADS: the {heads} {noun} seeded (seed {seed}), not trained; their outputs are meaningless."
+        several = len(weights["random_heads"]) > 1
+        noun, pronoun = ("heads were", "their") if several else ("head was", "its")
+        return f"RANDOM HEADS: the {heads} {noun} seeded (seed {seed}), not trained; {pronoun} outputs are meaningless."
     return None
 
 

@@ -251,7 +251,9 @@ def load_source(
             directory = _download(model, revision)
             return _from_directory(directory, model, "hub", directory.name, "random", seed, allow_random_heads, forced)
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
-        return _from_directory(directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced)
+        return _from_directory(
+            directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced, task is not None
+        )
     try:
         directory = _download(model, revision)
     except ExportError as exc:
@@ -265,7 +267,9 @@ def load_source(
             flush=True,
         )
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
-        return _from_directory(BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced)
+        return _from_directory(
+            BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced, task is not None
+        )
     return _from_directory(directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads, forced)
 
 
@@ -276,7 +280,10 @@ def _weight_names(path: Path) -> list[str]:
 
         with safe_open(str(path), framework="pt") as handle:
             return list(handle.keys())
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - a legacy (non-zip) pickle cannot be memory-mapped; read it whole
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
     return list(state)
 
 
@@ -329,6 +336,7 @@ def _from_directory(
     seed: int,
     allow_random_heads: bool,
     forced: HeadRow | None = None,
+    by_task: bool = True,
 ) -> Source:
     import transformers
 
@@ -345,7 +353,9 @@ def _from_directory(
     notes = []
     declared = list(getattr(config, "architectures", None) or [])
     if declared and row.architecture not in declared:
-        how = "--task" if forced is not None else "the heads its weights hold"
+        how = "the heads its weights hold"
+        if forced is not None:
+            how = "--task" if by_task else "the heads of its published weights"
         notes.append(f"exporting {row.architecture} ({how}); config.json says {', '.join(declared)}")
     model_class = getattr(transformers, row.architecture)
     if weights == "random":
@@ -385,9 +395,9 @@ def _from_directory(
         raise ExportError(
             f"{directory} has no trained {' or '.join(random_heads)} head (missing {missing_text}) for "
             f"{row.architecture}. Exporting it would give made-up {' and '.join(random_heads)} answers. "
-            f"Export what the checkpoint holds (without --task, or --task feature-extraction for the encoder "
-            "alone), or pass --allow-random-heads to seed the missing head(s) and record them as seeded in "
-            "the manifest."
+            + ("Leave out --task to export the class the checkpoint holds, " if forced is not None else "")
+            + "Pass --task feature-extraction to export the encoder alone, or --allow-random-heads to seed the "
+            "missing head(s) and record them as seeded in the manifest."
         )
     for offset, head in enumerate(random_heads, start=1):
         _seeded_init(net, seed + offset, std, only=set(head_keys[head]))

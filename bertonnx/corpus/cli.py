@@ -32,7 +32,7 @@ EXIT_INTERRUPTED = 130
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bertonnx batch",
-        description="Embed or score a corpus file into Parquet: one row per input row, with its id (row number).",
+        description="Embed, score or classify a corpus file into Parquet: one row per input row, with its id.",
         epilog="Multi-machine: `ray start --head` on one node, `ray start --address HEAD:6379` on the others, "
         "then `bertonnx batch ... --ray auto` on the driver. Paths must be readable (input, model) and "
         "writable (output) at the same place on every node.",
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
-    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode)")
+    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
     parser.add_argument("--truncate", action="store_true", help="cut inputs longer than the model takes")

@@ -8,7 +8,9 @@ batching rule of bertonnx), then results go back to input order.
 Output columns: ``id`` (int64), ``n_tokens`` (int32, including ``[CLS]``/``[SEP]``), then per task:
 ``embed`` -> ``embedding`` (fixed-size list of float32, hidden); ``nsp`` -> ``is_next_probability``
 (float32); ``encode`` -> ``last_hidden_state`` (list of ``n_tokens`` fixed-size float32 lists: valid
-tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2); ``tag`` -> ``entities`` (a list of
+tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2); ``classify`` -> ``label`` (string: the
+top label of the checkpoint's classifier) and ``score`` (float32, scored as
+``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of
 ``{label, score, word, start, end}`` structs per row: :meth:`bertonnx.BertOnnx.tag`'s entities, ``label``
 being the pipeline's ``entity_group``, or ``entity`` with aggregation ``none``; ``start``/``end`` character
 offsets into the row's text). A ``tag`` row longer than the model's positions is tagged in windows when
@@ -26,8 +28,11 @@ import pyarrow as pa
 
 from .. import driver
 from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
+from ..errors import HeadMissingError
+from ..manifest import Manifest
 from ..model import BertOnnx
 from ..tasks import POOLING_MODES, Embed, Graph, Nsp
+from ..tasks.classify import Classify, default_function
 from ..tasks.tag import (
     AGGREGATION_STRATEGIES,
     DEFAULT_IGNORE_LABELS,
@@ -47,12 +52,15 @@ __all__ = [
     "TASKS",
     "ChunkResult",
     "TaskOptions",
+    "check_model_task",
     "compute_rows",
     "default_chunk_rows",
     "output_schema",
 ]
 
-TASKS = ("embed", "nsp", "encode", "tag")
+TASKS = ("embed", "nsp", "encode", "classify", "tag")
+#: Tasks that need a head of the export (checked against its manifest before any row is read).
+HEAD_TASKS = ("nsp", "classify", "tag")
 #: One entity of the ``tag`` task's ``entities`` column.
 ENTITY_TYPE = pa.struct(
     [
@@ -86,7 +94,8 @@ class TaskOptions:
 
     Attributes:
         task: ``embed`` (one vector per text), ``nsp`` (probability that the pair's second sentence
-            follows the first) or ``encode`` (the three graph outputs).
+            follows the first), ``encode`` (the three graph outputs) or ``classify`` (the top label of the
+            checkpoint's classifier and its score; texts or pairs).
         pooling: for ``embed``: ``pooler``, ``cls`` or ``mean``.
         normalize: for ``embed``: scale vectors to unit L2 norm.
         truncate: cut inputs longer than the model's positions instead of rejecting them.
@@ -131,6 +140,16 @@ class TaskOptions:
         object.__setattr__(self, "limits", BatchLimits(self.max_batch_tokens, self.batch_size))
 
 
+def check_model_task(manifest: Manifest, task: str) -> None:
+    """Check that the export offers ``task``'s head (nsp, classify).
+
+    Raises:
+        HeadMissingError: it does not; the message names what the export has.
+    """
+    if task in HEAD_TASKS and task not in manifest.tasks:
+        raise HeadMissingError.for_task(task, manifest.architecture, manifest.tasks, manifest.num_labels)
+
+
 def output_schema(task: str, hidden_size: int) -> pa.Schema:
     """The Parquet schema of a job's output for ``task`` and a model of ``hidden_size``.
 
@@ -143,6 +162,8 @@ def output_schema(task: str, hidden_size: int) -> pa.Schema:
         fields.append(("embedding", vector))
     elif task == "nsp":
         fields.append(("is_next_probability", pa.float32()))
+    elif task == "classify":
+        fields += [("label", pa.string()), ("score", pa.float32())]
     elif task == "encode":
         fields += [
             ("last_hidden_state", pa.list_(vector)),
@@ -249,6 +270,12 @@ def _column(
         flat = np.concatenate(values).reshape(-1) if values else np.zeros(0, dtype=np.float32)
         inner = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), width)
         return pa.ListArray.from_arrays(pa.array(offsets), inner, mask=nulls)
+    if pa.types.is_string(kind):  # classify's labels: an object array of str
+        if keep_rejected and not ok.all():
+            full = np.full(len(ok), "", dtype=object)
+            full[ok] = values
+            values = full
+        return pa.array(values, type=kind, mask=None if nulls is None else ~ok)
     if keep_rejected and not ok.all():
         full = np.zeros((len(ok), *values.shape[1:]), dtype=np.float32)
         full[ok] = values
@@ -358,6 +385,16 @@ def _run(model: BertOnnx, encodings: list[Encoding], options: TaskOptions) -> di
     if options.task == "nsp":
         parts = driver.run(model.run_batch, Nsp(), batches)
         return {"is_next_probability": driver.in_order(parts, np.zeros(0, dtype=np.float32))}
+    if options.task == "classify":
+        labels = model.labels
+        task = Classify(default_function(model.manifest.problem_type, len(labels)))
+        parts = driver.run(model.run_batch, task, batches)
+        scores = driver.in_order(parts, np.zeros((0, len(labels)), dtype=np.float32))
+        top = np.argmax(scores, axis=1) if len(scores) else np.zeros(0, dtype=np.int64)
+        return {
+            "label": np.array([labels[i] for i in top], dtype=object),
+            "score": scores[np.arange(len(top)), top],
+        }
     names = ("last_hidden_state", "pooler_output", "nsp_logits")
     rows = driver.list_in_order(driver.run(model.run_batch, Graph(names), batches))
     columns: dict[str, Columns] = {"last_hidden_state": [row[names[0]] for row in rows]}

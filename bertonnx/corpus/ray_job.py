@@ -23,7 +23,7 @@ from typing import Any
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
-from .compute import TaskOptions, default_chunk_rows, output_schema
+from .compute import TaskOptions, check_model_task, default_chunk_rows, output_schema
 from .errors import BadRowError, CorpusFileError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
@@ -90,6 +90,7 @@ def run_ray_job(
     manifest = read_manifest(model_dir)
     if variant not in manifest.variants:
         raise ValueError(f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}")
+    check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     schema = output_schema(options.task, manifest.hidden_size)
     show = sys.stderr.isatty() if progress is None else progress
