@@ -4,9 +4,8 @@ Load a directory written by ``bertonnx export`` with :class:`BertOnnx` and call 
 pairs: ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``, ``tag``, ``answer`` (the tasks the
 export's head allows, ``model.tasks``; others raise :class:`HeadMissingError`). Running a model needs only
 onnxruntime, tokenizers and numpy (plus OpenVINO for the optional ``bf16`` variant, imported only when that
-variant is loaded);
-``onnx`` is imported only to read a graph for ``inspect`` and ``walkthrough``. It never imports torch,
-transformers or optimum.
+variant is loaded); ``onnx`` is imported only to read a graph for ``inspect`` and ``walkthrough``. It never
+imports torch, transformers or optimum.
 
 Every way into the model runs one path::
 
