@@ -1,5 +1,5 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, walkthrough
-(torch-free), export, parity, bench, bench-serve, serve, batch.
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
+walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
 :func:`bertonnx.command.run_command`: options may come anywhere, and every expected failure is one line
