@@ -395,14 +395,15 @@ def _from_directory(
         raise ExportError(
             f"{directory} has no trained {' or '.join(random_heads)} head (missing {missing_text}) for "
             f"{row.architecture}. Exporting it would give made-up {' and '.join(random_heads)} answers. "
-            + ("Leave out --task to export the class the checkpoint holds, " if forced is not None else "")
-            + "Pass --task feature-extraction to export the encoder alone, or --allow-random-heads to seed the "
+            + ("Leave out --task to export the class the checkpoint holds, pass " if forced is not None else "Pass ")
+            + "--task feature-extraction to export the encoder alone, or --allow-random-heads to seed the "
             "missing head(s) and record them as seeded in the manifest."
         )
     for offset, head in enumerate(random_heads, start=1):
         _seeded_init(net, seed + offset, std, only=set(head_keys[head]))
     dropped = sorted(_head_kinds(list(info["unexpected_keys"])) - _row_kinds(row))
     if dropped:
-        notes.append(f"the checkpoint's {', '.join(dropped)} weights are not exported (--task {row.task_name})")
+        why = f"--task {row.task_name}" if forced is not None else f"{row.architecture} has no such head"
+        notes.append(f"the checkpoint's {', '.join(dropped)} weights are not exported ({why})")
     provenance = {"kind": "pretrained", "seed": seed if random_heads else None, "random_heads": random_heads}
     return Source(net.eval(), tokenizer, model_id, kind, revision, provenance, row, notes)
