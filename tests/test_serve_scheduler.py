@@ -19,12 +19,13 @@ import pytest
 from bertonnx import BertOnnx
 from bertonnx.batching import BatchLimits
 from bertonnx.errors import EngineError, ShuttingDownError
-from bertonnx.serve.engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from bertonnx.serve.engine import Engine, Work
 from bertonnx.serve.errors import from_core
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
 from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
+from bertonnx.tasks import Embed, Graph, Nsp
 
 ATOL = 1e-5
 
@@ -173,7 +174,7 @@ class Recorder:
 
 
 def work(length: int) -> Work:
-    return Work([101] * length, [0] * length, Task(NSP))
+    return Work([101] * length, [0] * length, Nsp("logits"))
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -400,13 +401,13 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     singles = model.encode(TEXTS)
     pairs = model.encode([a for a, _ in PAIRS], [b for _, b in PAIRS])
     tasks = [
-        Task(EMBED, pooling="pooler"),
-        Task(EMBED, pooling="mean", normalize=True),
-        Task(EMBED, pooling="cls"),
-        Task(GRAPH, outputs=("last_hidden_state", "nsp_logits")),
+        Embed("pooler"),
+        Embed("mean", normalize=True),
+        Embed("cls"),
+        Graph(("last_hidden_state", "nsp_logits")),
     ]
     works = [Work(e.ids, e.type_ids, task) for e, task in zip(singles, tasks, strict=True)]
-    works += [Work(e.ids, e.type_ids, Task(NSP)) for e in pairs]
+    works += [Work(e.ids, e.type_ids, Nsp("logits")) for e in pairs]
     answers = engine.run(works)
     np.testing.assert_allclose(answers[0], model.embed(TEXTS[0], "pooler")[0], atol=ATOL)
     np.testing.assert_allclose(answers[1], model.embed(TEXTS[1], "mean", normalize=True)[0], atol=ATOL)
@@ -420,4 +421,4 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     nsp = model([a for a, _ in PAIRS], [b for _, b in PAIRS]).nsp_logits
     np.testing.assert_allclose(np.stack(answers[4:]), nsp, atol=ATOL)
     with pytest.raises(ValueError, match="unknown pooling 'max'"):
-        Task(EMBED, pooling="max")
+        Embed("max")

@@ -27,12 +27,13 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from tokenizers import Encoding
 
-from ..errors import RequestTooLargeError
-from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
+from ..errors import HeadMissingError, RequestTooLargeError
+from ..manifest import NSP_IS_NEXT_INDEX, read_manifest
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..options import RuntimeOptions
+from ..tasks import Embed, Graph, Nsp, Task
 from ..version import __version__
-from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from .engine import Engine, Work
 from .errors import CORE_ERRORS, ERROR_STATUS, ServeError, error_body, from_core, validation_message
 from .kserve import BINARY_HEADER, INPUT_DATATYPE, OUTPUT_DATATYPE, decode_body, encode_response, parse_infer_request
 from .metrics import CONTENT_TYPE, ServeMetrics
@@ -277,11 +278,8 @@ def _json(content: Any) -> Response:
     return JSONResponse(content)
 
 
-def _predictions(logits: np.ndarray, raw_scores: bool) -> list[dict[str, Any]]:
-    values = np.asarray(logits, dtype=np.float64)
-    if not raw_scores:
-        shifted = np.exp(values - values.max())
-        values = (shifted / shifted.sum()).astype(np.float32)
+def _predictions(values: np.ndarray) -> list[dict[str, Any]]:
+    """Both NSP labels of one pair with their scores (from the ``Nsp`` task), highest first."""
     ranked = sorted(range(len(values)), key=lambda i: -float(values[i]))
     return [{"label": NSP_LABELS[i], "score": float(values[i])} for i in ranked]
 
@@ -360,7 +358,7 @@ def create_app(
     app = FastAPI(
         title="bertonnx",
         version=__version__,
-        description="BERT (encoder, pooler, NSP head) on onnxruntime: Text Embeddings Inference, OpenAI and "
+        description="BERT and its fine-tuned heads on onnxruntime: Text Embeddings Inference, OpenAI and "
         "KServe v2 routes over one batching scheduler. Errors are JSON {error, error_type} (OpenAI's "
         "{error: {message, type}} on /v1/).",
         lifespan=lifespan,
@@ -368,10 +366,17 @@ def create_app(
     )
     app.state.bertonnx = state
     _add_error_handlers(app)
-    _add_tei_routes(app, state)
+    from .tasks_routes import add_task_routes, serves_classifier
+
+    classifier = serves_classifier(_export_tasks(model))
+    _add_tei_routes(app, state, nsp_predict=not classifier)
+    add_task_routes(app, state, predict=classifier)
     _add_openai_routes(app, state)
     _add_kserve_routes(app, state)
     _add_server_routes(app, state)
+    from .spans import add_span_routes  # imports this module: added once the app's helpers exist
+
+    add_span_routes(app, state)
     app.add_middleware(
         BodyLimit, limit=options.payload_limit, timeout=options.request_timeout, draining=lambda: state.draining
     )
@@ -457,39 +462,63 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error_response(ServeError(f"internal error ({type(exc).__name__}: {exc})", "backend"), request)
 
 
-def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
+def _export_tasks(model: str | Path | BertOnnx) -> tuple[str, ...]:
+    """The tasks the export offers, read from its manifest before it loads (none if it cannot be read: the
+    load then fails and says why)."""
+    if isinstance(model, BertOnnx):
+        return model.tasks
+    try:
+        return read_manifest(model).tasks
+    except (ValueError, KeyError, TypeError):
+        return ()
+
+
+def _add_tei_routes(app: FastAPI, state: ServerState, *, nsp_predict: bool = True) -> None:
     options = state.options
 
     @app.post("/embed", tags=["TEI"], response_model=list[list[float]], responses=ERROR_RESPONSES)
     async def embed(body: EmbedRequest, request: Request) -> Response:
         """One vector per text, in the request's order (TEI's /embed; ``pooling`` is ours)."""
-        task = Task(EMBED, pooling=body.pooling or options.pooling, normalize=body.normalize)
+        task = Embed(body.pooling or options.pooling, body.normalize)
         _, answers = await _answer(state, request, body.inputs, body.truncate, task)
         return _json(np.stack(answers).tolist())
 
-    @app.post(
-        "/predict",
-        tags=["TEI"],
-        response_model=list[Prediction] | list[list[Prediction]],
-        responses=ERROR_RESPONSES,
-    )
     async def predict(body: PredictRequest, request: Request) -> Response:
         """Next-sentence prediction: per pair, both labels sorted by score (one pair in: one list out)."""
-        _, answers = await _answer(state, request, body.inputs, body.truncate, Task(NSP))
-        predictions = [_predictions(logits, body.raw_scores) for logits in answers]
+        model, _ = state.require_model()
+        try:
+            model.require("nsp")
+        except HeadMissingError as exc:
+            raise ServeError(str(exc), "validation") from None
+        task = Nsp("logits" if body.raw_scores else "probabilities")
+        _, answers = await _answer(state, request, body.inputs, body.truncate, task)
+        predictions = [_predictions(scores) for scores in answers]
         return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions)
+
+    if nsp_predict:  # a classifier export's /predict is the classifier's (tasks_routes)
+        app.add_api_route(
+            "/predict",
+            predict,
+            methods=["POST"],
+            tags=["TEI"],
+            response_model=list[Prediction] | list[list[Prediction]],
+            responses=ERROR_RESPONSES,
+        )
 
     @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
     async def encode(body: EncodeRequest, request: Request) -> Response:
-        """Every graph output of each text or pair: hidden states (no padding), pooler output, NSP logits."""
-        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Task(GRAPH))
+        """Every graph output of each text or pair: hidden states (no padding), and the pooler output, NSP
+        logits or classifier logits the export has."""
+        model, _ = state.require_model()
+        task = Graph(model.output_names)
+        encodings, answers = await _answer(state, request, body.inputs, body.truncate, task)
         return _json(
             [
                 {
                     "tokens": e.tokens,
                     "ids": e.ids,
                     "type_ids": e.type_ids,
-                    **{name: answer[name].tolist() for name in OUTPUT_NAMES},
+                    **{name: answer[name].tolist() for name in task.outputs},
                 }
                 for e, answer in zip(encodings, answers, strict=True)
             ]
@@ -520,7 +549,7 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
                 f"omit dimensions or send {model.hidden_size}",
                 "validation",
             )
-        task = Task(EMBED, pooling=options.pooling, normalize=True)
+        task = Embed(options.pooling, normalize=True)
         encodings, answers = await _answer(state, request, body.input, body.truncate, task)
         if body.encoding_format == "base64":
             vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
@@ -565,7 +594,11 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
 
     async def model_metadata(name: str, version: str | None = None) -> KServeModelMetadata:
         model, _ = check_model(name, version)
-        dims = {"last_hidden_state": [-1, -1, model.hidden_size], "pooler_output": [-1, model.hidden_size]}
+        dims = {
+            "last_hidden_state": [-1, -1, model.hidden_size],
+            "pooler_output": [-1, model.hidden_size],
+            "logits": [-1, len(model.labels)],
+        }
         return KServeModelMetadata(
             name=state.model_name,
             versions=[MODEL_VERSION],
@@ -576,7 +609,7 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
             ],
             outputs=[
                 KServeTensorMetadata(name=name, datatype=OUTPUT_DATATYPE, shape=dims.get(name, [-1, 2]))
-                for name in OUTPUT_NAMES
+                for name in model.output_names
             ],
         )
 
@@ -596,8 +629,9 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
             type_vocab_size=int(config.get("type_vocab_size", 2)),
             max_length=model.max_length,
             max_client_batch_size=options.max_client_batch_size,
+            output_names=model.output_names,
         )
-        task = Task(GRAPH, outputs=tuple(dict.fromkeys(output for output, _ in rows.outputs)))
+        task = Graph(tuple(dict.fromkeys(output for output, _ in rows.outputs)))
         works = [Work(ids, types, task) for ids, types in zip(rows.ids, rows.type_ids, strict=True)]
         answers = await _compute(state, scheduler, request, works)
         content, headers = encode_response(rows, answers, model_name=state.model_name, hidden_size=model.hidden_size)
@@ -647,6 +681,8 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
         model = state.model
         if model is None:
             raise state.unavailable() or ServeError("the model is not loaded yet", "unavailable")
+        from .tasks_routes import task_info
+
         manifest = model.manifest
         return _json(
             {
@@ -657,6 +693,7 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                 "engine": model.backend,
                 "precision": model.precision,
                 "random_weights": manifest.random_weights,
+                "task": task_info(model),
                 "hidden_size": model.hidden_size,
                 "max_input_length": model.max_length,
                 "pooling": options.pooling,

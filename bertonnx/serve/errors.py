@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import (
     EngineError,
+    HeadMissingError,
     InputTooLongError,
     QueueFullError,
     RequestTooLargeError,
@@ -128,6 +129,8 @@ def from_core(error: Exception) -> ServeError:
         return ServeError(
             f"{error.variant!r} is not served here; the export holds {', '.join(error.available)}", "not_found"
         )
+    if isinstance(error, HeadMissingError):  # the route's task needs a head the export lacks
+        return ServeError(str(error), "validation")
     raise TypeError(f"{type(error).__name__} is not a core error the server maps; expected one of CORE_ERRORS")
 
 

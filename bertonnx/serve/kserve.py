@@ -133,6 +133,7 @@ def parse_infer_request(
     type_vocab_size: int,
     max_length: int,
     max_client_batch_size: int,
+    output_names: Sequence[str] = OUTPUT_NAMES,
 ) -> InferRows:
     """Check an infer body and turn it into rows of token ids.
 
@@ -198,20 +199,20 @@ def parse_infer_request(
         shape=(rows, columns),
         ids=[ids[row, : int(lengths[row])].tolist() for row in range(rows)],
         type_ids=[types[row, : int(lengths[row])].tolist() for row in range(rows)],
-        outputs=_requested_outputs(request),
+        outputs=_requested_outputs(request, output_names),
     )
 
 
-def _requested_outputs(request: KServeInferRequest) -> list[tuple[str, bool]]:
+def _requested_outputs(request: KServeInferRequest, output_names: Sequence[str]) -> list[tuple[str, bool]]:
     default_binary = (request.parameters or {}).get("binary_data_output", False)
     if not isinstance(default_binary, bool):
         raise ServeError("parameters.binary_data_output must be true or false", "validation")
     if request.outputs is None:
-        return [(name, default_binary) for name in OUTPUT_NAMES]
+        return [(name, default_binary) for name in output_names]
     outputs: list[tuple[str, bool]] = []
     for output in request.outputs:
-        if output.name not in OUTPUT_NAMES:
-            raise ServeError(f"unknown output {output.name!r}; the model gives {', '.join(OUTPUT_NAMES)}", "validation")
+        if output.name not in output_names:
+            raise ServeError(f"unknown output {output.name!r}; the model gives {', '.join(output_names)}", "validation")
         if any(output.name == seen for seen, _ in outputs):
             raise ServeError(f"output {output.name} is asked for twice; name each output once", "validation")
         binary = (output.parameters or {}).get("binary_data", default_binary)
@@ -219,7 +220,7 @@ def _requested_outputs(request: KServeInferRequest) -> list[tuple[str, bool]]:
             raise ServeError(f"output {output.name}: parameters.binary_data must be true or false", "validation")
         outputs.append((output.name, binary))
     if not outputs:
-        raise ServeError(f"outputs is empty; ask for some of {', '.join(OUTPUT_NAMES)} or omit it", "validation")
+        raise ServeError(f"outputs is empty; ask for some of {', '.join(output_names)} or omit it", "validation")
     return outputs
 
 
