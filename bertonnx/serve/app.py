@@ -31,9 +31,19 @@ from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..options import RuntimeOptions
 from ..version import __version__
+from .answers import JSONAnswer, answer_bytes, check_answer_size
 from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
 from .errors import ERROR_STATUS, ServeError, error_body, validation_message
-from .kserve import BINARY_HEADER, INPUT_DATATYPE, OUTPUT_DATATYPE, decode_body, encode_response, parse_infer_request
+from .kserve import (
+    BINARY_HEADER,
+    INPUT_DATATYPE,
+    OUTPUT_DATATYPE,
+    InferRows,
+    answer_floats,
+    decode_body,
+    encode_response,
+    parse_infer_request,
+)
 from .metrics import CONTENT_TYPE, ServeMetrics
 from .middleware import ARRIVAL_KEY, BearerAuth, BodyLimit, InFlight, RequestAccounting
 from .options import ServeOptions
@@ -78,6 +88,14 @@ BEARER_SCHEME = "bearer"
 #: Requests of at most this many characters are tokenized on the event loop (tens of microseconds);
 #: larger ones in a worker thread, so a 2 MB request never stalls the loop.
 TOKENIZE_INLINE_CHARS = 2048
+#: An input over the model's limit (truncation off) is counted exactly when it has at most this many
+#: characters (a few milliseconds); a longer one is refused once its first ``max_length + 1`` tokens are
+#: found, without tokenizing the rest.
+EXACT_COUNT_CHARS = 16_384
+#: Content encodings the KServe infer route takes (the others take none).
+KSERVE_ENCODINGS = ("gzip", "deflate")
+#: KServe bodies of at most this many bytes are decoded and parsed on the event loop; larger ones in a thread.
+PARSE_INLINE_BYTES = 65_536
 #: The only model version KServe routes know.
 MODEL_VERSION = "1"
 #: Status recorded for a request whose client left before its answer (nginx's "client closed request").
@@ -135,6 +153,14 @@ class ServerState:
             self.load_error = f"{type(exc).__name__}: {exc}"
             log.error("the model failed to load: %s", self.load_error)
 
+    def response_limit(self, model: BertOnnx) -> int:
+        """``--max-response-bytes``, or by default the answer of the largest request the other limits allow
+        (``/encode`` of ``max_client_batch_size`` inputs of the model's positions)."""
+        if self.options.max_response_bytes is not None:
+            return self.options.max_response_bytes
+        largest = _answer_estimate(Task(GRAPH), [model.max_length] * self.options.max_client_batch_size, model)
+        return largest
+
     def unavailable(self) -> ServeError | None:
         """Why model routes cannot answer now (503), or ``None``."""
         if self.draining:
@@ -171,9 +197,9 @@ def _as_list(value: Any) -> list[Any]:
     return [value] if isinstance(value, (str, tuple)) else list(value)
 
 
-def _check_count(count: int, options: ServeOptions) -> None:
+def _check_count(count: int, options: ServeOptions, field: str = "inputs") -> None:
     if count == 0:
-        raise ServeError("inputs is empty; send at least one input", "validation")
+        raise ServeError(f"{field} is empty; send at least one input", "validation")
     if count > options.max_client_batch_size:
         raise ServeError(
             f"{count} inputs in one request, more than --max-client-batch-size {options.max_client_batch_size}; "
@@ -182,14 +208,20 @@ def _check_count(count: int, options: ServeOptions) -> None:
         )
 
 
-def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], truncation: bool) -> list[Encoding]:
+def encode_inputs(
+    model: BertOnnx, items: Sequence[str | tuple[str, str]], truncation: bool, max_length: int | None = None
+) -> list[Encoding]:
     """Tokenize texts and pairs (mixed) as the model is fed, in order.
 
     Runs of texts and runs of pairs are encoded together; errors name the input's index in ``items``.
 
+    Args:
+        max_length: tokens per input (default: the model's positions).
+
     Raises:
-        ValueError: an input is over the model's positions and ``truncation`` is off.
+        ValueError: an input is over ``max_length`` and ``truncation`` is off.
     """
+    limit = model.max_length if max_length is None else max_length
     encodings: list[Encoding] = []
     start = 0
     while start < len(items):
@@ -200,9 +232,7 @@ def encode_inputs(model: BertOnnx, items: Sequence[str | tuple[str, str]], trunc
         run = items[start:stop]
         texts = [item[0] if isinstance(item, tuple) else item for item in run]
         pairs = [item[1] for item in run if isinstance(item, tuple)] if is_pair else None
-        encodings += model.tokenizer.encode(
-            texts, pairs, truncation=truncation, max_length=model.max_length, first_index=start
-        )
+        encodings += model.tokenizer.encode(texts, pairs, truncation=truncation, max_length=limit, first_index=start)
         start = stop
     return encodings
 
@@ -216,21 +246,88 @@ def _http_wording(message: str) -> str:
     return f'{head} Send "truncate": true to cut it, or split the text.'
 
 
+def _chars(item: str | tuple[str, str]) -> int:
+    return len(item) if isinstance(item, str) else len(item[0]) + len(item[1])
+
+
+def encode_within_limit(model: BertOnnx, items: Sequence[str | tuple[str, str]]) -> list[Encoding]:
+    """Tokenize without truncation, at a cost bounded by the model's limit however long the texts are.
+
+    Every input is tokenized only as far as ``max_length + 1`` tokens (the tokenizer's prefix truncation,
+    whose result is exactly that of tokenizing the whole text and cutting it): an input that reaches them is
+    over the limit, and one that does not was tokenized whole. So a 2 MB text is refused in milliseconds.
+
+    Raises:
+        ServeError: 422 naming the first input over the limit (with its exact token count when it has at most
+            ``EXACT_COUNT_CHARS`` characters).
+    """
+    limit = model.max_length
+    encodings = encode_inputs(model, items, True, max_length=limit + 1)
+    for index, encoding in enumerate(encodings):
+        if len(encoding) <= limit:
+            continue
+        item = items[index]
+        if _chars(item) <= EXACT_COUNT_CHARS:  # count it exactly (raises the runtime's message)
+            texts, pairs = ([item], None) if isinstance(item, str) else ([item[0]], [item[1]])
+            try:
+                model.tokenizer.encode(texts, pairs, truncation=False, max_length=limit, first_index=index)
+            except ValueError as exc:
+                raise ServeError(_http_wording(str(exc)), "validation") from None
+        raise ServeError(
+            f"input {index} has more than {limit} tokens, the model's limit (it was refused after its first "
+            f'{limit + 1}). Send "truncate": true to cut it, or split the text.',
+            "validation",
+        )
+    return encodings
+
+
 async def _tokenize(
-    state: ServerState, model: BertOnnx, items: Sequence[str | tuple[str, str]], truncate: bool | None
+    state: ServerState,
+    model: BertOnnx,
+    items: Sequence[str | tuple[str, str]],
+    truncate: bool | None,
+    deadline: float,
 ) -> list[Encoding]:
     truncation = state.options.auto_truncate if truncate is None else truncate
     started = time.monotonic()
-    size = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in items)
+
+    def tokenize() -> list[Encoding]:
+        return encode_inputs(model, items, True) if truncation else encode_within_limit(model, items)
+
     try:
-        if size <= TOKENIZE_INLINE_CHARS:  # a hop to a worker thread costs more than this much tokenizing
-            encodings = encode_inputs(model, items, truncation)
+        if sum(_chars(item) for item in items) <= TOKENIZE_INLINE_CHARS:  # a thread hop costs more than this
+            encodings = tokenize()
         else:
-            encodings = await asyncio.to_thread(encode_inputs, model, items, truncation)
+            work = asyncio.ensure_future(asyncio.to_thread(tokenize))
+            done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
+            if work not in done:
+                work.add_done_callback(lambda future: future.exception())  # its result is not wanted
+                raise ServeError(
+                    f"tokenizing the request took more than --request-timeout {state.options.request_timeout:g} s; "
+                    "send fewer or shorter inputs, or raise --request-timeout",
+                    "timeout",
+                )
+            encodings = work.result()
     except ValueError as exc:
         raise ServeError(f"{_http_wording(str(exc))}", "validation") from None
     state.metrics.tokenization_duration.observe(time.monotonic() - started)
     return encodings
+
+
+def _deadline(state: ServerState, request: Request) -> float:
+    """``time.monotonic()`` by which the request must be answered (``--request-timeout`` from its arrival)."""
+    arrival: float = request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic())
+    return arrival + state.options.request_timeout
+
+
+def _answer_estimate(task: Task, lengths: Sequence[int], model: BertOnnx) -> int:
+    """Bytes of the JSON answer to inputs of ``lengths`` tokens (see :func:`.answers.answer_bytes`)."""
+    hidden = model.hidden_size
+    if task.kind == GRAPH:
+        per_input = (hidden if "pooler_output" in task.outputs else 0) + (2 if "nsp_logits" in task.outputs else 0)
+        states = sum(lengths) * hidden if "last_hidden_state" in task.outputs else 0
+        return answer_bytes(states + per_input * len(lengths), tokens=sum(lengths))
+    return answer_bytes((hidden + 2) * len(lengths))
 
 
 async def _wait_disconnect(request: Request) -> None:
@@ -247,7 +344,7 @@ async def _wait_disconnect(request: Request) -> None:
 async def _compute(state: ServerState, scheduler: Scheduler, request: Request, works: list[Work]) -> list[Any]:
     """Queue ``works`` and wait for their answers, the client leaving, or the request's deadline."""
     timeout = state.options.request_timeout
-    deadline = request.scope.get("state", {}).get(ARRIVAL_KEY, time.monotonic()) + timeout
+    deadline = _deadline(state, request)
     try:
         ticket = scheduler.submit(works, deadline)
     except QueueFull as full:
@@ -278,25 +375,43 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
         watcher.cancel()
 
 
-async def _prepare(state: ServerState, inputs: Any, truncate: bool | None) -> tuple[Scheduler, list[Encoding]]:
-    """The checks and tokenization every model route starts with."""
+async def _prepare(
+    state: ServerState, request: Request, inputs: Any, truncate: bool | None, field: str = "inputs"
+) -> tuple[Scheduler, list[Encoding]]:
+    """The checks and tokenization every model route starts with (``field``: the inputs' name in the body)."""
     model, scheduler = state.require_model()
     items = _as_list(inputs)
-    _check_count(len(items), state.options)
-    return scheduler, await _tokenize(state, model, items, truncate)
+    _check_count(len(items), state.options, field)
+    return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
+
+
+#: How to ask for a smaller answer, per task kind.
+ANSWER_ADVICE = {
+    GRAPH: "send fewer or shorter inputs per request, or use /embed for one pooled vector per input",
+}
 
 
 async def _answer(
-    state: ServerState, request: Request, inputs: Any, truncate: bool | None, task: Task
+    state: ServerState, request: Request, inputs: Any, truncate: bool | None, task: Task, field: str = "inputs"
 ) -> tuple[list[Encoding], list[Any]]:
-    """Tokenize a request's inputs, run them through the scheduler, return encodings and answers."""
-    scheduler, encodings = await _prepare(state, inputs, truncate)
+    """Tokenize a request's inputs, check the answer's size, run them through the scheduler, return encodings
+    and answers."""
+    scheduler, encodings = await _prepare(state, request, inputs, truncate, field)
+    model, _ = state.require_model()
+    estimate = _answer_estimate(task, [len(e) for e in encodings], model)
+    advice = ANSWER_ADVICE.get(task.kind, "send fewer inputs per request")
+    check_answer_size(estimate, state.response_limit(model), advice)
     answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
     return encodings, answers
 
 
-def _json(content: Any) -> Response:
-    return JSONResponse(content)
+def _json(content: Any, request: Request | None = None) -> Response:
+    """A JSON answer (numpy arrays allowed anywhere); for a model route (``request``) serialised off the event
+    loop within the request's deadline (see :class:`.answers.JSONAnswer`)."""
+    if request is None:
+        return JSONResponse(content)
+    state: ServerState = request.app.state.bertonnx
+    return JSONAnswer(content, deadline=_deadline(state, request))
 
 
 def _predictions(logits: np.ndarray, raw_scores: bool) -> list[dict[str, Any]]:
@@ -386,6 +501,7 @@ def create_app(
         "KServe v2 routes over one batching scheduler. Errors are JSON {error, error_type} (OpenAI's "
         "{error: {message, type}} on /v1/).",
         lifespan=lifespan,
+        redoc_url=None,  # one API page (/docs), open with --api-key as documented
         redirect_slashes=False,  # a 307 to '/embed' has no body most clients would follow or show
     )
     app.state.bertonnx = state
@@ -426,6 +542,29 @@ def _error_response(error: ServeError, request: Request) -> Response:
     )
 
 
+def _unsupported_encoding(request: Request) -> ServeError | None:
+    """415 for a compressed body on a route that takes none (only KServe's infer route decompresses)."""
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return ServeError(
+        f"Content-Encoding {encoding} is not supported on {request.url.path}; send the JSON body uncompressed "
+        f"(only the KServe infer route takes {' or '.join(KSERVE_ENCODINGS)})",
+        "unsupported_media_type",
+    )
+
+
+def _body_problem(cause: BaseException | None) -> str:
+    """Why FastAPI could not parse a JSON body, in the client's terms."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"it is not UTF-8: byte {cause.start} is {cause.object[cause.start : cause.start + 1]!r}"
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return f"a number in it is too long ({cause}); send numbers of at most 4,300 digits"
+    return f"{type(cause).__name__}: {cause}" if cause is not None else "not UTF-8, or nested too deeply"
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> Response:
@@ -437,6 +576,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> Response:
+        encoded = _unsupported_encoding(request)
+        if encoded is not None:
+            return _error_response(encoded, request)
         message = validation_message(exc.errors(), REQUEST_EXAMPLES.get(request.url.path))
         content_type = request.headers.get("content-type", "")
         if not content_type.startswith("application/json"):
@@ -453,8 +595,11 @@ def _add_error_handlers(app: FastAPI) -> None:
             message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed or 'none'})"
             return _error_response(ServeError(message, "method_not_allowed", exc.headers), request)
         if exc.status_code == 400:  # FastAPI could not decode the body (not UTF-8, nested too deeply ...)
+            encoded = _unsupported_encoding(request)
+            if encoded is not None:
+                return _error_response(encoded, request)
             example = REQUEST_EXAMPLES.get(request.url.path)
-            message = "the body could not be read as JSON (not UTF-8, or nested too deeply)"
+            message = f"the body could not be read as JSON ({_body_problem(exc.__cause__)})"
             return _error_response(
                 ServeError(f"{message}. Expected a JSON body like {example}" if example else message, "validation"),
                 request,
@@ -481,7 +626,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
         """One vector per text, in the request's order (TEI's /embed; ``pooling`` is ours)."""
         task = Task(EMBED, pooling=body.pooling or options.pooling, normalize=body.normalize)
         _, answers = await _answer(state, request, body.inputs, body.truncate, task)
-        return _json(np.stack(answers).tolist())
+        return _json(np.stack(answers), request)
 
     @app.post(
         "/predict",
@@ -493,7 +638,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
         """Next-sentence prediction: per pair, both labels sorted by score (one pair in: one list out)."""
         _, answers = await _answer(state, request, body.inputs, body.truncate, Task(NSP))
         predictions = [_predictions(logits, body.raw_scores) for logits in answers]
-        return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions)
+        return _json(predictions[0] if isinstance(body.inputs, tuple) else predictions, request)
 
     @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
     async def encode(body: EncodeRequest, request: Request) -> Response:
@@ -505,21 +650,23 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
                     "tokens": e.tokens,
                     "ids": e.ids,
                     "type_ids": e.type_ids,
-                    **{name: answer[name].tolist() for name in OUTPUT_NAMES},
+                    **{name: answer[name] for name in OUTPUT_NAMES},
                 }
                 for e, answer in zip(encodings, answers, strict=True)
-            ]
+            ],
+            request,
         )
 
     @app.post("/tokenize", tags=["TEI"], response_model=list[Tokens], responses=ERROR_RESPONSES)
-    async def tokenize(body: TokenizeRequest) -> Response:
+    async def tokenize(body: TokenizeRequest, request: Request) -> Response:
         """Tokens, ids and segment ids of each text or pair, exactly as the model is fed."""
-        _, encodings = await _prepare(state, body.inputs, body.truncate)
+        _, encodings = await _prepare(state, request, body.inputs, body.truncate)
         return _json(
             [
                 {"tokens": e.tokens, "ids": e.ids, "type_ids": e.type_ids, "attention_mask": [1] * len(e.ids)}
                 for e in encodings
-            ]
+            ],
+            request,
         )
 
 
@@ -537,11 +684,11 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
                 "validation",
             )
         task = Task(EMBED, pooling=options.pooling, normalize=True)
-        encodings, answers = await _answer(state, request, body.input, body.truncate, task)
+        encodings, answers = await _answer(state, request, body.input, body.truncate, task, field="input")
         if body.encoding_format == "base64":
             vectors: list[Any] = [base64.b64encode(a.astype("<f4").tobytes()).decode("ascii") for a in answers]
         else:
-            vectors = [a.tolist() for a in answers]
+            vectors = list(answers)
         tokens = sum(len(e.ids) for e in encodings)
         return _json(
             {
@@ -549,7 +696,8 @@ def _add_openai_routes(app: FastAPI, state: ServerState) -> None:
                 "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
                 "model": state.model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            }
+            },
+            request,
         )
 
 
@@ -602,22 +750,42 @@ def _add_kserve_routes(app: FastAPI, state: ServerState) -> None:
 
     async def infer(name: str, request: Request, version: str | None = None) -> Response:
         model, scheduler = check_model(name, version)
-        body = decode_body(await request.body(), request.headers.get("content-encoding"), options.payload_limit)
         config = model.manifest.config
-        rows = parse_infer_request(
-            body,
-            request.headers.get(BINARY_HEADER),
-            input_names=[i.name for i in model.session.get_inputs()],
-            vocab_size=int(config["vocab_size"]),
-            type_vocab_size=int(config.get("type_vocab_size", 2)),
-            max_length=model.max_length,
-            max_client_batch_size=options.max_client_batch_size,
+        raw = await request.body()
+
+        def parse() -> InferRows:
+            return parse_infer_request(
+                decode_body(raw, request.headers.get("content-encoding"), options.payload_limit),
+                request.headers.get(BINARY_HEADER),
+                input_names=[i.name for i in model.session.get_inputs()],
+                vocab_size=int(config["vocab_size"]),
+                type_vocab_size=int(config.get("type_vocab_size", 2)),
+                max_length=model.max_length,
+                max_client_batch_size=options.max_client_batch_size,
+            )
+
+        rows = parse() if len(raw) <= PARSE_INLINE_BYTES else await asyncio.to_thread(parse)
+        json_floats, binary_floats = answer_floats(rows, model.hidden_size)
+        check_answer_size(
+            answer_bytes(json_floats) + answer_bytes(binary_floats, binary=True),
+            state.response_limit(model),
+            'ask for fewer outputs (outputs: [{"name": "pooler_output"}]), send fewer rows or pad them less, '
+            "or ask for binary outputs (parameters.binary_data_output: true)",
         )
         task = Task(GRAPH, outputs=tuple(dict.fromkeys(output for output, _ in rows.outputs)))
         works = [Work(ids, types, task) for ids, types in zip(rows.ids, rows.type_ids, strict=True)]
         answers = await _compute(state, scheduler, request, works)
-        content, headers = encode_response(rows, answers, model_name=state.model_name, hidden_size=model.hidden_size)
-        return Response(content, headers=headers)
+        header, blobs = encode_response(rows, answers, model_name=state.model_name, hidden_size=model.hidden_size)
+        del answers
+        if not blobs:
+            return JSONAnswer(header, deadline=_deadline(state, request))
+        return JSONAnswer(
+            header,
+            deadline=_deadline(state, request),
+            tail=blobs,
+            json_length_header=BINARY_HEADER,
+            media_type="application/octet-stream",
+        )
 
     infer_body = {
         "requestBody": {
@@ -694,6 +862,13 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                     "drain_timeout": options.drain_timeout,
                     "auto_truncate": options.auto_truncate,
                     "api_key": options.api_key is not None,
+                    "max_response_bytes": state.response_limit(model),
+                    "max_header_bytes": options.max_header_bytes,
+                    "max_headers": options.max_headers,
+                    "max_url_bytes": options.max_url_bytes,
+                    "header_timeout": options.header_timeout,
+                    "keep_alive_timeout": options.keep_alive_timeout,
+                    "write_timeout": options.write_timeout,
                 },
                 "versions": _versions(),
             }

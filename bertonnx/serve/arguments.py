@@ -27,6 +27,20 @@ NUMERIC_OPTIONS: tuple[tuple[str, type, str], ...] = (
     ("--payload-limit", int, "request body bytes; more gives 413"),
     ("--request-timeout", float, "seconds from arrival to answer; past it 504 and queued inputs are dropped"),
     ("--drain-timeout", float, "seconds SIGTERM/SIGINT waits for accepted requests before exiting"),
+    ("--max-header-bytes", int, "bytes of the request line and headers; more gives 431"),
+    ("--max-headers", int, "headers per request; more gives 431"),
+    ("--max-url-bytes", int, "bytes of the request target (path and query); more gives 414"),
+    (
+        "--header-timeout",
+        float,
+        "seconds to receive a request's line and headers; past it 408 and the connection closes",
+    ),
+    ("--keep-alive-timeout", float, "seconds an idle kept-alive connection stays open"),
+    (
+        "--write-timeout",
+        float,
+        "seconds an answer may go without the client reading any of it; past it the connection closes",
+    ),
 )
 
 
@@ -67,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.max_queue_wait or 0.0,
         help="seconds of work (estimated from queued tokens and recent throughput) the queue may hold; past it "
         f"requests get 429 (default {defaults.max_queue_wait or 0:g}; 0: no limit)",
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=int,
+        default=None,
+        help="bytes an answer may take, estimated before it is computed; more gives 413 (default: the answer of "
+        "the largest request the other limits allow)",
     )
     for flag, kind, text in NUMERIC_OPTIONS:
         default = getattr(defaults, flag[2:].replace("-", "_"))

@@ -71,6 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             drain_timeout=args.drain_timeout,
             pooling=args.pooling,
             model_name=args.model_name,
+            max_response_bytes=args.max_response_bytes,
+            max_header_bytes=args.max_header_bytes,
+            max_headers=args.max_headers,
+            max_url_bytes=args.max_url_bytes,
+            header_timeout=args.header_timeout,
+            keep_alive_timeout=args.keep_alive_timeout,
+            write_timeout=args.write_timeout,
         )
         manifest = read_manifest(args.model_dir)
         if args.variant not in manifest.variants:

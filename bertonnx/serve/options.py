@@ -17,13 +17,19 @@ from ..outputs import POOLING_MODES
 __all__ = [
     "DEFAULT_BATCH_WAIT_MS",
     "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_KEEP_ALIVE_TIMEOUT_S",
     "DEFAULT_MAX_BATCH_REQUESTS",
     "DEFAULT_MAX_CLIENT_BATCH_SIZE",
+    "DEFAULT_MAX_HEADERS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_MAX_QUEUE_WAIT_S",
+    "DEFAULT_MAX_URL_BYTES",
     "DEFAULT_PAYLOAD_LIMIT",
     "DEFAULT_POOLING",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "DEFAULT_WRITE_TIMEOUT_S",
     "ServeOptions",
 ]
 
@@ -47,6 +53,21 @@ DEFAULT_BATCH_WAIT_MS = 0.0
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
 #: Seconds SIGTERM/SIGINT waits for accepted requests before the process exits anyway.
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
+#: Bytes of a request's line and headers at most (431 past it): nginx allows 4 buffers of 8 kB for them,
+#: Envoy 60 kB; a bearer token and a client's usual headers take well under 2 kB.
+DEFAULT_MAX_HEADER_BYTES = 32_768
+#: Headers per request at most (431 past it): Envoy's and hyper's (TEI's HTTP library) default.
+DEFAULT_MAX_HEADERS = 100
+#: Bytes of the request target (path and query) at most (414 past it): nginx's 8 kB header buffer.
+DEFAULT_MAX_URL_BYTES = 8_192
+#: Seconds a connection may take to send a request's line and headers, counted from the connection (or,
+#: on a kept-alive connection, from the request's first byte); past it 408 and the connection is closed.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: Seconds an idle kept-alive connection stays open between requests (uvicorn's and nginx's idea of it).
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
+#: Seconds an answer may go without the client reading any of it; past it the connection is closed and the
+#: answer freed (nginx's ``send_timeout`` is 60 s).
+DEFAULT_WRITE_TIMEOUT_S = 30.0
 #: Pooling of ``/embed`` and ``/v1/embeddings`` when the request names none: BERT's trained pooler.
 DEFAULT_POOLING = "pooler"
 
@@ -78,6 +99,21 @@ class ServeOptions:
         drain_timeout: seconds SIGTERM/SIGINT waits for accepted requests before exiting.
         pooling: ``pooler``, ``cls`` or ``mean`` for requests that name none.
         model_name: the name in KServe routes, ``/info`` and OpenAI answers (default: the directory name).
+        max_response_bytes: bytes an answer may take, estimated before it is computed (413 past it, naming
+            how to ask for less). ``None``: the answer of the largest request the other limits allow
+            (``max_client_batch_size`` inputs of the model's positions with every output, as JSON), so only
+            requests past those limits are refused.
+        max_header_bytes: bytes of the request line and headers (431 past it).
+        max_headers: headers per request (431 past it).
+        max_url_bytes: bytes of the request target, path and query (414 past it).
+        header_timeout: seconds to receive a request's line and headers (408 past it, then the connection
+            is closed); a new connection that sends nothing is closed after it.
+        keep_alive_timeout: seconds an idle kept-alive connection stays open.
+        write_timeout: seconds an answer may go without the client reading any of it; past it the
+            connection is closed and the answer freed.
+
+    The connection limits (headers, URL, header, keep-alive and write timeouts) are enforced by
+    :func:`bertonnx.serve.run_server`; an app run by another server (Ray Serve's proxy) has that server's.
 
     Raises:
         TypeError: a field has the wrong type.
@@ -98,14 +134,38 @@ class ServeOptions:
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S
     pooling: str = DEFAULT_POOLING
     model_name: str | None = None
+    max_response_bytes: int | None = None
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    max_url_bytes: int = DEFAULT_MAX_URL_BYTES
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
+    keep_alive_timeout: float = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    write_timeout: float = DEFAULT_WRITE_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        for name in ("max_client_batch_size", "max_queue", "payload_limit"):
+        for name in ("max_client_batch_size", "max_queue", "payload_limit", "max_header_bytes", "max_headers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
+        if isinstance(self.max_url_bytes, bool) or not isinstance(self.max_url_bytes, int):
+            raise TypeError(f"max_url_bytes must be an int, got {type(self.max_url_bytes).__name__}")
+        if not 1 <= self.max_url_bytes <= self.max_header_bytes:
+            raise ValueError(
+                f"max_url_bytes must be between 1 and max_header_bytes ({self.max_header_bytes}), got "
+                f"{self.max_url_bytes}"
+            )
+        if self.max_response_bytes is not None:
+            if isinstance(self.max_response_bytes, bool) or not isinstance(self.max_response_bytes, int):
+                raise TypeError(
+                    f"max_response_bytes must be an int or None, got {type(self.max_response_bytes).__name__}"
+                )
+            if self.max_response_bytes < 1:
+                raise ValueError(
+                    f"max_response_bytes must be >= 1, or None (sized to the largest legal request); got "
+                    f"{self.max_response_bytes}"
+                )
         if self.max_batch_requests is not None:
             if isinstance(self.max_batch_requests, bool) or not isinstance(self.max_batch_requests, int):
                 raise TypeError(
@@ -124,7 +184,14 @@ class ServeOptions:
                     f"max_queue_wait must be finite and > 0 seconds, or None (no limit); got {self.max_queue_wait}"
                 )
         BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
-        for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
+        for name in (
+            "batch_wait_ms",
+            "request_timeout",
+            "drain_timeout",
+            "header_timeout",
+            "keep_alive_timeout",
+            "write_timeout",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise TypeError(f"{name} must be a number, got {type(value).__name__}")
@@ -132,8 +199,9 @@ class ServeOptions:
                 raise ValueError(
                     f"{name} must be a finite number of {'ms' if name == 'batch_wait_ms' else 's'}, got {value}"
                 )
-            if value < 0 or (value == 0 and name == "request_timeout"):
-                raise ValueError(f"{name} must be {'> 0' if name == 'request_timeout' else '>= 0'}, got {value}")
+            positive = name not in ("batch_wait_ms", "drain_timeout")
+            if value < 0 or (value == 0 and positive):
+                raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
         if self.max_queue < self.max_client_batch_size:
             raise ValueError(
                 f"max_queue ({self.max_queue}) must be >= max_client_batch_size ({self.max_client_batch_size}), "

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..batching import BatchLimits
+from .admission import TokenCost
 from .engine import Work
 from .errors import ServeError
 from .metrics import DROP_REASONS, ServeMetrics
@@ -205,7 +206,8 @@ class Scheduler:
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
         max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
-            seconds per token of recent batches; a request that would pass it gets :class:`QueueFull`
+            engine's cost per token (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between
+            the best cost seen and 4 times it); a request that would pass it gets :class:`QueueFull`
             (``None``: no limit; a request is always taken when nothing is queued).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
@@ -231,7 +233,7 @@ class Scheduler:
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
-        self._recent_tokens: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self.cost = TokenCost()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: list[Entry] = []
@@ -326,13 +328,12 @@ class Scheduler:
 
     def queued_seconds(self, extra_tokens: int = 0) -> float | None:
         """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
-        the seconds per token of recent batches (``None`` before the first batch)."""
-        tokens = sum(count for count, _ in self._recent_tokens)
-        seconds = sum(elapsed for _, elapsed in self._recent_tokens)
-        if not tokens or seconds <= 0:
+        the estimated cost per token (``None`` before the first batch)."""
+        per_token = self.cost.seconds_per_token()
+        if per_token is None:
             return None
         pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
-        return (pending + extra_tokens) * seconds / tokens
+        return (pending + extra_tokens) * per_token
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -404,7 +405,7 @@ class Scheduler:
                 self._running = []
             elapsed = time.monotonic() - started
             self._recent.append((len(batch), elapsed))
-            self._recent_tokens.append((sum(entry.length for entry in batch), elapsed))
+            self.cost.observe(sum(entry.length for entry in batch), elapsed)
             self._record(batch, started, elapsed)
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket
