@@ -69,6 +69,8 @@ class Figures:
     """What one attack cost the server, and how the probe fared meanwhile."""
 
     rss_growth_mb: float = 0.0
+    rss_end_mb: float = 0.0
+    before_kb: int = 0
     probe_max_s: float = 0.0
     health_max_s: float = 0.0
     probe_failures: list[str] = field(default_factory=list)
@@ -78,9 +80,9 @@ class Figures:
 
     def line(self, what: str) -> str:
         return (
-            f"{what}: peak RSS +{self.rss_growth_mb:.0f} MB, probe max {self.probe_max_s * 1000:.0f} ms (/health "
-            f"{self.health_max_s * 1000:.0f} ms) over "
-            f"{self.probe_count} probes ({len(self.probe_failures)} failed), server CPU {self.cpu_s:.1f} s, "
+            f"{what}: peak RSS +{self.rss_growth_mb:.0f} MB (+{self.rss_end_mb:.0f} at the end), probe max "
+            f"{self.probe_max_s * 1000:.0f} ms (/health {self.health_max_s * 1000:.0f} ms) over {self.probe_count} "
+            f"probes ({len(self.probe_failures)} failed), server CPU {self.cpu_s:.1f} s, "
             f"{self.elapsed_s:.2f} s"
         )
 
@@ -90,7 +92,7 @@ def measured(url: str, pid: int) -> Iterator[Figures]:
     """Reset the server's peak RSS, run a probe while the block runs, then fill in the figures."""
     figures = Figures()
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
-    before_kb = status_kb(pid, "VmRSS")
+    before_kb = figures.before_kb = status_kb(pid, "VmRSS")
     before_cpu = cpu_seconds(pid)
     stop = threading.Event()
 
@@ -122,6 +124,7 @@ def measured(url: str, pid: int) -> Iterator[Figures]:
         stop.set()
         thread.join(timeout=60)
         figures.rss_growth_mb = (status_kb(pid, "VmHWM") - before_kb) / 1024
+        figures.rss_end_mb = (status_kb(pid, "VmRSS") - before_kb) / 1024
         figures.cpu_s = cpu_seconds(pid) - before_cpu
 
 
@@ -224,9 +227,11 @@ def big_encode(port: int, count: int) -> Answer | None:
     return raw(port, post("/encode", {"inputs": [WORDS_510] * count}), timeout=60)
 
 
-def stalled_readers(port: int, count: int, texts: int, wait_s: float, done: Callable[[], bool]) -> tuple[int, int]:
+def stalled_readers(
+    port: int, count: int, texts: int, wait_s: float, done: Callable[[], bool], waited: Callable[[], None] = int
+) -> tuple[int, int]:
     """Finding 2: ``count`` connections ask for a large /encode answer and do not read it until ``done()``
-    (polled; at most ``wait_s`` seconds).
+    (polled; at most ``wait_s`` seconds), then call ``waited()`` and read.
 
     Returns:
         (connections the server closed, bytes the clients could still read in all).
@@ -242,6 +247,7 @@ def stalled_readers(port: int, count: int, texts: int, wait_s: float, done: Call
     deadline = time.monotonic() + wait_s
     while not done() and time.monotonic() < deadline:  # nobody reads meanwhile
         time.sleep(0.1)
+    waited()
     closed = received = 0
     for sock in sockets:  # now read what is left: a closed connection ends (EOF or reset) short of the answer
         deadline = time.monotonic() + 5
@@ -529,7 +535,16 @@ def main(argv: list[str]) -> int:
         "4": ("24 small /embed right after", lambda: small_requests(url, 24)),
         "5": ("20 unterminated 8 MB headers", lambda: unterminated_headers(port, 20, 8 * MB)),
     }
+
+    def held() -> None:
+        print(f"  RSS while the readers stall, before they read: {status_kb(pid, 'VmRSS') / 1024:.0f} MB", flush=True)
+
+    attacks["2b"] = (
+        "6 stalled readers of /encode 24 x 510 words (25 s)",
+        lambda: stalled_readers(port, 6, 24, 25, bool, held),
+    )
     keys = argv[2].split(",") if len(argv) > 2 else list(attacks)
+    print(f"RSS before: {status_kb(pid, 'VmRSS') / 1024:.0f} MB", flush=True)
     for key in keys:
         what, run = attacks[key]
         with measured(url, pid) as figures:
@@ -540,7 +555,8 @@ def main(argv: list[str]) -> int:
         if isinstance(seen, Answer):
             summary = f"{seen.status}, {len(seen.body):,} bytes: {seen.body[:160]!r}"
         elif isinstance(seen, list):
-            summary = f"statuses {sorted({item[0] for item in seen if item is not None})}, {repr(seen[0])[:200]}"
+            statuses = [item.status if isinstance(item, Answer) else item and item[0] for item in seen]
+            summary = f"statuses {sorted(set(map(str, statuses)))}, {repr(seen[0])[:200]}"
         else:
             summary = repr(seen)[:300]
         print(figures.line(f"{key} {what}"), "->", summary, flush=True)
