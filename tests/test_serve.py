@@ -552,6 +552,8 @@ def test_429_with_retry_after_when_the_queue_is_full(held: Server) -> None:
         body = check_error(refused, 429, "overloaded", "the queue is full (3 inputs waiting, --max-queue 4)")
         assert int(refused.headers["retry-after"]) >= 1
         assert f"retry after {refused.headers['retry-after']} s" in body["error"]
+        # refused before it is tokenized: an input that tokenization would refuse (422) gets the 429
+        check_error(client.post("/embed", json={"inputs": [LONG_TEXT] * 2}), 429, "overloaded", "--max-queue 4")
         check_error(first.result(timeout=30), 504, "timeout", "--request-timeout 2 s")  # held past its deadline
 
 

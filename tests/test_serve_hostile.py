@@ -195,7 +195,9 @@ def check(answer: Answer | None, status: int, error_type: str, *needles: str) ->
     return str(body["error"])
 
 
-def kserve_body(rows: int, columns: int, *, ones: int | None = None, outputs: list[str] | None = None) -> bytes:
+def kserve_body(
+    rows: int, columns: int, *, ones: int | None = None, outputs: list[str] | None = None, binary: bool = False
+) -> bytes:
     """A KServe infer body of ``rows`` x ``columns`` INT64 tensors; ``ones`` 1s per mask row (default: all)."""
     ones = columns if ones is None else ones
     if ones >= 2:
@@ -211,6 +213,8 @@ def kserve_body(rows: int, columns: int, *, ones: int | None = None, outputs: li
     body: dict[str, Any] = {"inputs": tensors}
     if outputs is not None:
         body["outputs"] = [{"name": name} for name in outputs]
+    if binary:
+        body["parameters"] = {"binary_data_output": True}
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -527,9 +531,11 @@ def main(argv: list[str]) -> int:
     port, pid = int(argv[0]), int(argv[1])
     url = f"http://{HOST}:{port}"
     infer = post("/v2/models/model/infer", kserve_body(32, 10_000, ones=1))
+    binary = post("/v2/models/model/infer", kserve_body(32, 1_000, ones=1, binary=True))
     attacks: dict[str, tuple[str, Callable[[], Any]]] = {
         "1a": ("KServe [32, 10000], one 1 per mask row", lambda: raw(port, infer, timeout=300)),
         "1b": ("/encode 32 x 510 words", lambda: big_encode(port, 32)),
+        "1c": ("KServe [32, 1000] binary outputs, one 1 per mask row", lambda: raw(port, binary, timeout=300)),
         "2": ("20 stalled readers of /encode 16 x 510 words (10 s)", lambda: stalled_readers(port, 20, 16, 10, bool)),
         "3": ("12 x /embed of a 390,000-word text", lambda: huge_texts(url, 12)),
         "4": ("24 small /embed right after", lambda: small_requests(url, 24)),

@@ -96,6 +96,8 @@ EXACT_COUNT_CHARS = 16_384
 KSERVE_ENCODINGS = ("gzip", "deflate")
 #: KServe bodies of at most this many bytes are decoded and parsed on the event loop; larger ones in a thread.
 PARSE_INLINE_BYTES = 65_536
+#: Tokens every input has at least ([CLS] and [SEP]).
+SPECIAL_TOKENS = 2
 #: The only model version KServe routes know.
 MODEL_VERSION = "1"
 #: Status recorded for a request whose client left before its answer (nginx's "client closed request").
@@ -341,6 +343,14 @@ async def _wait_disconnect(request: Request) -> None:
             await asyncio.Event().wait()  # never set: cancelled once the answer is ready
 
 
+def _overloaded(full: QueueFull) -> ServeError:
+    return ServeError(
+        f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
+        "overloaded",
+        {"Retry-After": str(full.retry_after)},
+    )
+
+
 async def _compute(state: ServerState, scheduler: Scheduler, request: Request, works: list[Work]) -> list[Any]:
     """Queue ``works`` and wait for their answers, the client leaving, or the request's deadline."""
     timeout = state.options.request_timeout
@@ -348,11 +358,7 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
     try:
         ticket = scheduler.submit(works, deadline)
     except QueueFull as full:
-        raise ServeError(
-            f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
-            "overloaded",
-            {"Retry-After": str(full.retry_after)},
-        ) from None
+        raise _overloaded(full) from None
     watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
     waiting: set[asyncio.Future[Any]] = {ticket.future, watcher}
     try:
@@ -376,12 +382,23 @@ async def _compute(state: ServerState, scheduler: Scheduler, request: Request, w
 
 
 async def _prepare(
-    state: ServerState, request: Request, inputs: Any, truncate: bool | None, field: str = "inputs"
+    state: ServerState,
+    request: Request,
+    inputs: Any,
+    truncate: bool | None,
+    field: str = "inputs",
+    queued: bool = True,
 ) -> tuple[Scheduler, list[Encoding]]:
-    """The checks and tokenization every model route starts with (``field``: the inputs' name in the body)."""
+    """The checks and tokenization every model route starts with (``field``: the inputs' name in the body;
+    ``queued``: the inputs go to the scheduler, so a full queue refuses them before they are tokenized)."""
     model, scheduler = state.require_model()
     items = _as_list(inputs)
     _check_count(len(items), state.options, field)
+    try:  # nothing is computed for a request the queue would refuse: check with 2 tokens an input, at least
+        if queued:
+            scheduler.check_room(len(items), SPECIAL_TOKENS * len(items))
+    except QueueFull as full:
+        raise _overloaded(full) from None
     return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
 
 
@@ -660,7 +677,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/tokenize", tags=["TEI"], response_model=list[Tokens], responses=ERROR_RESPONSES)
     async def tokenize(body: TokenizeRequest, request: Request) -> Response:
         """Tokens, ids and segment ids of each text or pair, exactly as the model is fed."""
-        _, encodings = await _prepare(state, request, body.inputs, body.truncate)
+        _, encodings = await _prepare(state, request, body.inputs, body.truncate, queued=False)
         return _json(
             [
                 {"tokens": e.tokens, "ids": e.ids, "type_ids": e.type_ids, "attention_mask": [1] * len(e.ids)}

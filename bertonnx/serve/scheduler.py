@@ -281,16 +281,7 @@ class Scheduler:
             QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
                 queued with them would take longer than ``max_queue_wait`` seconds.
         """
-        if self.queued + len(works) > self.max_queue:
-            raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
-        wait = self.queued_seconds(sum(len(work.ids) for work in works))
-        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
-            raise QueueFull(
-                self.queued,
-                self.max_queue,
-                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
-                f"about {wait:.0f} s of work queued with this request, --max-queue-wait {self.max_queue_wait:g} s",
-            )
+        self.check_room(len(works), sum(len(work.ids) for work in works))
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -298,6 +289,25 @@ class Scheduler:
         self._set_depth()
         self._wakeup.set()
         return ticket
+
+    def check_room(self, inputs: int, tokens: int) -> None:
+        """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
+        with a lower bound of ``tokens``, a request can be refused before it is tokenized).
+
+        Raises:
+            QueueFull: the queue cannot take ``inputs`` more inputs, or (with ``max_queue_wait``) the work
+                queued with them would take longer than ``max_queue_wait`` seconds.
+        """
+        if self.queued + inputs > self.max_queue:
+            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
+        wait = self.queued_seconds(tokens)
+        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {wait:.0f} s of work queued with this request, --max-queue-wait {self.max_queue_wait:g} s",
+            )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop a request's queued inputs (never computed) and count them under ``reason``.
