@@ -499,24 +499,28 @@ def test_http_layer_and_body_errors_are_json_naming_the_problem(hostile: Server)
         assert info["write_timeout"] == TIMEOUT_S
 
 
-def test_a_second_signal_during_a_drain_cuts_off_cleanly(tmp_path: Path, tiny_export: Path) -> None:
-    server = Server(tiny_export, tmp_path / "server.log", "--batch-wait-ms", "20000", "--drain-timeout", "30")
+@pytest.mark.parametrize("cut", ["second signal", "drain timeout"])
+def test_a_drain_cut_short_answers_json_503_and_exits_1(tmp_path: Path, tiny_export: Path, cut: str) -> None:
+    timeout = "30" if cut == "second signal" else "1"
+    server = Server(tiny_export, tmp_path / "server.log", "--batch-wait-ms", "20000", "--drain-timeout", timeout)
     try:
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, f"{server.url}/embed", json={"inputs": "held"}, timeout=30)
-            server.wait_for(lambda: server.metric("bertonnx_requests_in_flight") >= 1, "the request in flight")
+            server.wait_for(lambda: server.metric("bertonnx_queue_depth") == 1, "the request queued")
             server.process.send_signal(signal.SIGTERM)
             server.wait_for(lambda: "draining" in server.log.read_text(), "the drain")
             started = time.monotonic()
-            server.process.send_signal(signal.SIGINT)
-            cut = pending.result(timeout=20)
+            if cut == "second signal":
+                server.process.send_signal(signal.SIGINT)
+            cut_off = pending.result(timeout=20)
         assert server.process.wait(timeout=20) == 1
         assert time.monotonic() - started < 10
-        check(Answer(cut.status_code, dict(cut.headers), cut.content), 503, "unavailable", "drain was cut short")
+        answer = Answer(cut_off.status_code, dict(cut_off.headers), cut_off.content)
+        check(answer, 503, "unavailable", "drain was cut short")
         log = server.log.read_text()
         assert "Traceback" not in log, log
         assert "Exception in ASGI application" not in log, log
-        assert "a second signal: 1 requests still in flight are cut off" in log, log
+        assert f"{cut}: 1 requests still in flight are cut off" in log, log
     finally:
         server.stop()
 
