@@ -745,6 +745,9 @@ def test_serve_refuses_a_bad_directory_or_option_before_binding(tmp_path: Path, 
         (["--api-key", ""], "api_key must be a non-empty str"),
         (["--port", "abc"], "argument --port: invalid int value"),
         (["--host", "not-a-host.invalid"], "--host 'not-a-host.invalid' is not an address"),
+        (["--write-timeout", "0"], "write_timeout must be > 0"),
+        (["--max-url-bytes", "65536"], "max_url_bytes must be between 1 and max_header_bytes (32768)"),
+        (["--max-response-bytes", "0"], "max_response_bytes must be >= 1"),
     ],
 )
 def test_bad_serve_options_are_one_line_exit_2(tiny_export: Path, args: list[str], message: str) -> None:
