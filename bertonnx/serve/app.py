@@ -160,8 +160,7 @@ class ServerState:
         (``/encode`` of ``max_client_batch_size`` inputs of the model's positions)."""
         if self.options.max_response_bytes is not None:
             return self.options.max_response_bytes
-        largest = _answer_estimate(Task(GRAPH), [model.max_length] * self.options.max_client_batch_size, model)
-        return largest
+        return _answer_estimate([model.max_length] * self.options.max_client_batch_size, model, states=True)
 
     def unavailable(self) -> ServeError | None:
         """Why model routes cannot answer now (503), or ``None``."""
@@ -322,13 +321,12 @@ def _deadline(state: ServerState, request: Request) -> float:
     return arrival + state.options.request_timeout
 
 
-def _answer_estimate(task: Task, lengths: Sequence[int], model: BertOnnx) -> int:
-    """Bytes of the JSON answer to inputs of ``lengths`` tokens (see :func:`.answers.answer_bytes`)."""
-    hidden = model.hidden_size
-    if task.kind == GRAPH:
-        per_input = (hidden if "pooler_output" in task.outputs else 0) + (2 if "nsp_logits" in task.outputs else 0)
-        states = sum(lengths) * hidden if "last_hidden_state" in task.outputs else 0
-        return answer_bytes(states + per_input * len(lengths), tokens=sum(lengths))
+def _answer_estimate(lengths: Sequence[int], model: BertOnnx, *, states: bool) -> int:
+    """Bytes of the JSON answer to inputs of ``lengths`` tokens (see :func:`.answers.answer_bytes`): a vector
+    and two logits per input, and with ``states`` (``/encode``) every token's hidden state and ids too."""
+    hidden, tokens = model.hidden_size, sum(lengths)
+    if states:
+        return answer_bytes(tokens * hidden + (hidden + 2) * len(lengths), tokens=tokens)
     return answer_bytes((hidden + 2) * len(lengths))
 
 
@@ -402,21 +400,23 @@ async def _prepare(
     return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
 
 
-#: How to ask for a smaller answer, per task kind.
-ANSWER_ADVICE = {
-    GRAPH: "send fewer or shorter inputs per request, or use /embed for one pooled vector per input",
-}
-
-
 async def _answer(
-    state: ServerState, request: Request, inputs: Any, truncate: bool | None, task: Task, field: str = "inputs"
+    state: ServerState,
+    request: Request,
+    inputs: Any,
+    truncate: bool | None,
+    task: Task,
+    field: str = "inputs",
+    states: bool = False,
 ) -> tuple[list[Encoding], list[Any]]:
-    """Tokenize a request's inputs, check the answer's size, run them through the scheduler, return encodings
-    and answers."""
+    """Tokenize a request's inputs, check the answer's size (``states``: it holds every token's hidden state),
+    run them through the scheduler, return encodings and answers."""
     scheduler, encodings = await _prepare(state, request, inputs, truncate, field)
     model, _ = state.require_model()
-    estimate = _answer_estimate(task, [len(e) for e in encodings], model)
-    advice = ANSWER_ADVICE.get(task.kind, "send fewer inputs per request")
+    estimate = _answer_estimate([len(e) for e in encodings], model, states=states)
+    advice = "send fewer inputs per request"
+    if states:
+        advice = "send fewer or shorter inputs per request, or use /embed for one pooled vector per input"
     check_answer_size(estimate, state.response_limit(model), advice)
     answers = await _compute(state, scheduler, request, [Work(e.ids, e.type_ids, task) for e in encodings])
     return encodings, answers
@@ -660,7 +660,7 @@ def _add_tei_routes(app: FastAPI, state: ServerState) -> None:
     @app.post("/encode", tags=["TEI"], response_model=list[EncodedInput], responses=ERROR_RESPONSES)
     async def encode(body: EncodeRequest, request: Request) -> Response:
         """Every graph output of each text or pair: hidden states (no padding), pooler output, NSP logits."""
-        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Task(GRAPH))
+        encodings, answers = await _answer(state, request, body.inputs, body.truncate, Task(GRAPH), states=True)
         return _json(
             [
                 {
