@@ -154,16 +154,31 @@ def read_answer(sock: socket.socket, deadline: float) -> Answer | None:
         head, _, body = data.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        chunked = headers.get("transfer-encoding") == "chunked"
         length = int(headers.get("content-length", "0"))
-        while len(body) < length:
+        while (chunked and not body.endswith(b"\r\n0\r\n\r\n") and body != b"0\r\n\r\n") or (
+            not chunked and len(body) < length
+        ):
             sock.settimeout(max(0.01, deadline - time.monotonic()))
-            chunk = sock.recv(65536)
+            chunk = sock.recv(1 << 20)
             if not chunk:
                 break
             body += chunk
     except (ConnectionResetError, BrokenPipeError):
         return None
-    return Answer(int(lines[0].split()[1]), headers, body)
+    return Answer(int(lines[0].split()[1]), headers, dechunk(body) if chunked else body)
+
+
+def dechunk(data: bytes) -> bytes:
+    """The body of a chunked transfer encoding."""
+    parts = []
+    while True:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            return b"".join(parts)
+        parts.append(data[:size])
+        data = data[size + 2 :]
 
 
 def raw(port: int, *pieces: bytes, timeout: float = 20.0) -> Answer | None:
@@ -373,6 +388,7 @@ def test_a_large_legal_answer_is_serialised_off_the_event_loop(hostile: Server) 
         answer = big_encode(hostile.port, 16)  # 16 x 512 x 32 hidden floats, ~5 MB of JSON
     assert answer is not None
     assert answer.status == 200, answer
+    assert answer.headers.get("transfer-encoding") == "chunked"  # streamed as serialised, a chunk at a time
     encoded = answer.json()
     assert len(encoded) == 16
     assert len(encoded[0]["last_hidden_state"]) == 512

@@ -6,17 +6,22 @@ A request's answer can be far larger than the request: 32 texts of 510 words are
 - :func:`answer_bytes` estimates the answer from what is known before the model runs (inputs, tokens,
   outputs asked for, JSON or binary), and :func:`check_answer_size` refuses a request over
   ``--max-response-bytes`` with 413, naming the limit and how to ask for less;
-- :class:`JSONAnswer` serialises in a worker thread, within the request's deadline (504 past it, and the
-  worker stops at its next chunk), row by row so no Python list of every float is ever built (the JSON
-  is the same bytes as ``json.dumps``'s); then sends it in chunks of ``CHUNK_BYTES``, each after the
-  client has taken the previous ones (the protocol's write buffer stays under one chunk; a client that
-  stops reading is cut off by the connection's write timeout, which frees the answer).
+- :class:`JSONAnswer` serialises in a worker thread, within the request's deadline (504 past it), row by
+  row so no Python list of every float is ever built (the JSON is the same bytes as ``json.dumps``'s).
+  An answer of more than one chunk (``CHUNK_BYTES``) is streamed: each chunk is serialised once the client
+  has taken the one before (chunked transfer encoding), so the server holds the answer's float32 arrays
+  and two chunks, never the whole JSON (bert-base's largest ``/encode``: 50 MB of arrays, not 300 MB of
+  JSON), and a client that stops reading costs no serialisation; the connection's write timeout then
+  closes it and frees the arrays. A deadline passed mid-stream closes the connection (the status was
+  sent). Answers with binary tensors (KServe) are serialised whole first, as their JSON part's length
+  goes in a header.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 import time
 from collections import deque
@@ -28,6 +33,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .errors import ServeError
+
+log = logging.getLogger("bertonnx.serve")
 
 __all__ = [
     "CHUNK_BYTES",
@@ -125,6 +132,27 @@ class _Stopped(Exception):
     """Serialisation was abandoned (the request's deadline passed)."""
 
 
+class _Late:
+    """The request's deadline passed before a chunk was serialised."""
+
+
+_LATE = _Late()
+
+
+def iter_json(value: Any, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """``value`` as UTF-8 JSON in chunks of about ``chunk_bytes``, each serialised when it is asked for."""
+    pending: list[str] = []
+    size = 0
+    for piece in _pieces(value):
+        pending.append(piece)
+        size += len(piece)
+        if size >= chunk_bytes:
+            yield "".join(pending).encode("utf-8")
+            pending, size = [], 0
+    if pending:
+        yield "".join(pending).encode("utf-8")
+
+
 def encode_json(value: Any, stop: Callable[[], bool] = lambda: False, chunk_bytes: int = CHUNK_BYTES) -> list[bytes]:
     """``value`` as UTF-8 JSON in chunks of about ``chunk_bytes``; numpy arrays are written as nested lists.
 
@@ -207,6 +235,10 @@ class JSONAnswer(Response):
             return work.result()
         stopped.set()
         work.add_done_callback(lambda future: future.exception())  # retrieve the _Stopped it ends with
+        await self._timeout(scope, send)
+        return None
+
+    async def _timeout(self, scope: Scope, send: Send) -> None:
         error = ServeError(
             "the answer was not serialised within --request-timeout; send fewer inputs per request, ask for "
             "fewer outputs, or raise --request-timeout",
@@ -216,9 +248,55 @@ class JSONAnswer(Response):
         start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": error.status, "headers": start})
         await send({"type": "http.response.body", "body": body})
-        return None
+
+    async def _next_chunk(self, chunks: Iterator[bytes]) -> bytes | _Late | None:
+        """The next chunk, serialised in a worker thread (``None`` at the end; ``_LATE`` past the deadline)."""
+        work = asyncio.ensure_future(asyncio.to_thread(next, chunks, None))
+        timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+        done, _ = await asyncio.wait({work}, timeout=timeout)
+        if work not in done:
+            work.add_done_callback(lambda future: future.exception())  # its chunk is not wanted
+            return _LATE
+        return work.result()
+
+    def _start_headers(self, **extra: str) -> list[tuple[bytes, bytes]]:
+        headers = {**self._extra, "content-type": str(self.media_type), **extra}
+        return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serialise and send a chunk at a time (see the module docstring)."""
+        chunks = iter_json(self.content)
+        self.content = None
+        chunk = await self._next_chunk(chunks)
+        following = await self._next_chunk(chunks) if isinstance(chunk, bytes) else None
+        if isinstance(chunk, _Late) or isinstance(following, _Late):
+            await self._timeout(scope, send)
+            return
+        if chunk is None or following is None:  # one chunk: sent with its length
+            body = chunk or b""
+            headers = self._start_headers(**{"content-length": str(len(body))})
+            await send({"type": "http.response.start", "status": self.status_code, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self._start_headers()})
+        left = asyncio.ensure_future(receive())  # resolves with http.disconnect when the client leaves
+        try:
+            while following is not None:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if left.done():
+                    return  # the client left (or was cut off): serialise no more
+                chunk, following = following, await self._next_chunk(chunks)
+                if isinstance(following, _Late):
+                    log.warning("%s: the answer was not serialised within --request-timeout; cut off", scope["path"])
+                    return  # the answer is incomplete: the server closes the connection
+            await send({"type": "http.response.body", "body": chunk, "more_body": False})
+        finally:
+            left.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.tail and _floats(self.content) > INLINE_FLOATS:
+            await self._stream(scope, receive, send)
+            return
         chunks = await self._serialise(scope, send)
         if chunks is None:
             return
