@@ -284,7 +284,9 @@ class JSONAnswer(Response):
             while following is not None:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if left.done():
-                    return  # the client left (or was cut off): serialise no more
+                    if left.result().get("type") == "http.disconnect":
+                        return  # the client left (or was cut off): serialise no more
+                    left = asyncio.ensure_future(receive())  # not a disconnect: keep watching
                 chunk, following = following, await self._next_chunk(chunks)
                 if isinstance(following, _Late):
                     log.warning("%s: the answer was not serialised within --request-timeout; cut off", scope["path"])
