@@ -392,14 +392,16 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _session(path: Path, recipe: str, threads: int) -> Any:
-    """An onnxruntime session, or for ``ov-`` recipes the runtime's OpenVINO session with their settings."""
+    """The runtime's own onnxruntime session (:func:`bertonnx.session.build_session`, the settings ``BertOnnx``
+    runs with), or for ``ov-`` recipes a compiled OpenVINO model with the recipe's settings."""
     if recipe.startswith("ov-"):
         import openvino
 
         return _OpenVinoRunner(openvino.Core().compile_model(str(path), "CPU", ov_config(recipe, threads)))
-    import onnxruntime as ort
+    from bertonnx.options import RuntimeOptions
+    from bertonnx.session import build_session
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return build_session(path, RuntimeOptions(threads=threads))
 
 
 class _OpenVinoRunner:
@@ -438,12 +440,15 @@ def accuracy(
     }
 
 
+# The runtime's session builder, so the recipes are timed with the settings BertOnnx runs them with.
 _LATENCY_SCRIPT = """
-import json, sys, time, numpy as np, onnxruntime as ort
+import json, sys, time, numpy as np
+from pathlib import Path
+from bertonnx.options import RuntimeOptions
+from bertonnx.session import build_session
 path, seconds = sys.argv[1], float(sys.argv[5])
 threads, b, t, warmup = (int(v) for v in (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6]))
-so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
-s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+s = build_session(Path(path), RuntimeOptions(threads=threads))
 rng = np.random.default_rng(0)
 f = {"input_ids": rng.integers(1000, 30000, (b, t)), "attention_mask": np.ones((b, t), np.int64),
      "token_type_ids": np.zeros((b, t), np.int64)}

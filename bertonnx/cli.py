@@ -2,10 +2,11 @@
 bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
-:func:`bertonnx.command.run_command`: options may come anywhere, and every expected failure is one line
-on stderr with exit code 2 (``--debug`` adds the traceback). ``export``, ``parity`` and ``bench`` live in
-the extras' packages and are imported only when asked for, so every other command runs with torch,
-transformers and optimum absent. A new command is one more entry in :data:`COMMANDS`.
+:func:`bertonnx.command.run_command`: options may come anywhere, every command takes ``--debug``, and every
+expected failure is one line on stderr with exit code 2 (``--debug`` adds the traceback). ``export``,
+``parity`` and ``bench`` live in the extras' packages, ``serve`` and ``batch`` in subpackages that need their
+extras to run; all are imported only when asked for, so every other command runs with torch, transformers,
+optimum, FastAPI and pyarrow absent. A new command is one more entry in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .command import EXIT_OK, ArgumentParser, Command, CommandError, Delegate, dispatch
-from .errors import RandomWeightsWarning
+from .command import ArgumentParser, Command, CommandError, describe_error, dispatch, positive_int
+from .errors import InputTooLongError, RandomWeightsWarning
+from .exit_codes import EXIT_OK
 from .files import STDIN, blank_lines, check_output_file, read_lines, write_atomic
 from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
 from .manifest import VARIANT_FILES, read_manifest
@@ -63,21 +65,6 @@ def _fmt(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def _command_line_terms(message: str) -> str:
-    """A runtime error message with the Python keywords it names spelled as this command's options."""
-    return message.replace("truncation=True", "--truncation")
-
-
 def _add_json(parser: ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -90,9 +77,7 @@ def _add_model_args(parser: ArgumentParser) -> None:
         choices=list(VARIANT_FILES),
         help=f"{', '.join(VARIANT_FILES)} (default {DEFAULT_VARIANT}; bf16 needs OpenVINO)",
     )
-    parser.add_argument(
-        "--threads", type=_positive_int, default=None, help="intra-op threads (default: physical cores)"
-    )
+    parser.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: physical cores)")
     _add_json(parser)
 
 
@@ -150,15 +135,12 @@ def _tokenize_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("text", metavar="TEXT")
     parser.add_argument("pair", metavar="PAIR", nargs="?")
     parser.add_argument("--truncation", action="store_true", help="cut to --max-length instead of refusing")
-    parser.add_argument("--max-length", type=_positive_int, default=512, help="token limit (default 512)")
+    parser.add_argument("--max-length", type=positive_int, default=512, help="token limit (default 512)")
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
     model = _load(args)
-    try:
-        out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
     payload = {"tokens": out.tokens, "ids": out.ids, "type_ids": out.type_ids, "attention_mask": out.attention_mask}
     _emit(args, payload, "\n".join(f"{k:<15}{v}" for k, v in payload.items()))
     return EXIT_OK
@@ -173,10 +155,7 @@ def _nsp_arguments(parser: ArgumentParser) -> None:
 
 def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
-    try:
-        probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
     payload = {
         "text_a": args.text_a,
         "text_b": args.text_b,
@@ -212,7 +191,7 @@ def _embed_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="default pooler")
     parser.add_argument("--normalize", action="store_true", help="unit-length vectors")
-    parser.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--truncation", action="store_true", help="cut long texts instead of refusing")
 
 
@@ -238,9 +217,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
         vectors = model.embed(
             texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
         )
-    except ValueError as exc:
-        where = f" (input i is line i + 1 of {'standard input' if args.input == STDIN else args.input})"
-        raise CommandError(_command_line_terms(str(exc)) + (where if args.input else "")) from exc
+    except InputTooLongError as exc:
+        if args.input is None:
+            raise
+        where = "standard input" if args.input == STDIN else args.input
+        raise CommandError(f"{describe_error(exc)} (input {exc.index} is line {exc.index + 1} of {where})") from exc
     about = {
         "directory": str(model.manifest.directory),
         "variant": model.variant,
@@ -323,11 +304,12 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: Every command, by name. Entries given as ``"module:ATTRIBUTE"`` are imported only when used (or for
-#: ``bertonnx --help``); those modules must import without their extra, so ``--help`` and the
-#: missing-extra message work on a runtime-only install. A :class:`Delegate` parses its own arguments
-#: after its extra is checked.
-COMMANDS: dict[str, Command | Delegate | str] = {
+#: Every command, by name, in ``bertonnx --help`` order. Adding one is one entry: a :class:`Command` (its
+#: name, summary, ``add_arguments(parser)``, ``run(args) -> int``), or ``"module:ATTRIBUTE"`` naming one
+#: whose module is imported only when used (or for ``bertonnx --help``); such a module must import without
+#: its extra (``Command.extra``, checked after parsing), so ``--help`` and the missing-extra message work on a
+#: runtime-only install.
+COMMANDS: dict[str, Command | str] = {
     "inspect": Command(
         "inspect",
         "config numbers, parameter counts (from the ONNX initializers), outputs, variants, provenance",
@@ -352,20 +334,8 @@ COMMANDS: dict[str, Command | Delegate | str] = {
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
     "bench-serve": "bertonnx_benchmarks.serve.cli:BENCH_SERVE_COMMAND",
-    # the server's parser lives beside the server, which needs the serve extra to import
-    "serve": Delegate(
-        "serve",
-        "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (--ray: as Ray Serve replicas)",
-        "bertonnx.serve.cli",
-        extra="serve",
-    ),
-    # the corpus job's parser lives beside its readers and writers, which need the batch extra to import
-    "batch": Delegate(
-        "batch",
-        "embed or score a corpus file into Parquet, locally or on Ray (--ray)",
-        "bertonnx.corpus.cli",
-        extra="batch",
-    ),
+    "serve": "bertonnx.serve.cli:SERVE_COMMAND",
+    "batch": "bertonnx.corpus.cli:BATCH_COMMAND",
 }
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelDirectoryError
+from .errors import ModelDirectoryError, VariantMissingError
 
 __all__ = [
     "BF16_PRECISION",
@@ -170,6 +170,11 @@ class Manifest:
         """True when any exported weight was initialised from a seed rather than trained."""
         weights = self.data["weights"]
         return weights.get("kind") == "random" or bool(weights.get("random_heads"))
+
+    def require_variant(self, variant: str) -> None:
+        """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``."""
+        if variant not in self.data["variants"]:
+            raise VariantMissingError(self.directory, variant, list(self.data["variants"]))
 
     def variant_files(self, variant: str) -> list[str]:
         """The files of ``variant``: its graph, then its external-data file when it has one."""

@@ -60,8 +60,8 @@ __all__ = [
 DEFAULT_VARIANT = "fp32"
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
-#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file
-#: (measured 0.35 s per 438 MB here, half of a 0.7 s cold start, hence not the default).
+#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
+#: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
 VERIFY_MODES = ("size", "sha256")
 
 
@@ -134,6 +134,7 @@ class BertOnnx:
         Raises:
             TypeError: an argument has the wrong type.
             ValueError: unknown ``variant`` or ``verify``.
+            VariantMissingError: the directory does not hold ``variant`` (a ``ValueError``).
             ImportError: ``bf16`` was asked for and OpenVINO is not installed.
             ModelDirectoryError: the directory is missing, not a bertonnx export, or a file is missing or
                 corrupt.
@@ -154,11 +155,7 @@ class BertOnnx:
         manifest = read_manifest(model_dir)
         if variant not in VARIANT_FILES:
             raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_FILES)}")
-        if variant not in manifest.variants:
-            raise ValueError(
-                f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}. "
-                f"Pick one of those, or re-export with --variants {variant}."
-            )
+        manifest.require_variant(variant)
         model_path, *_ = [
             manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256")
             for name in manifest.variant_files(variant)

@@ -35,6 +35,7 @@ import numpy as np
 
 from bertonnx import BertOnnx, ModelDirectoryError, RandomWeightsWarning, RuntimeOptions
 from bertonnx.command import CommandError, run_command
+from bertonnx.exit_codes import EXIT_BREACH, EXIT_OK, EXIT_USAGE  # noqa: F401 - parity.EXIT_USAGE, for callers
 from bertonnx.files import check_output_file, read_lines, write_atomic
 from bertonnx.info import source_text, weights_text
 from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manifest
@@ -42,9 +43,6 @@ from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manife
 from . import gate
 from .errors import ExportError
 
-EXIT_OK = 0
-EXIT_BREACH = 1
-EXIT_USAGE = 2
 #: Inputs per runtime call; the built-in inputs then run as length-sorted, padded batches.
 RUNTIME_BATCH_SIZE = 8
 _CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")

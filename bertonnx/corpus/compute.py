@@ -13,7 +13,6 @@ tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLi
 from ..model import BertOnnx
 from ..outputs import POOLING_MODES, is_next_probability, pool, pooling_outputs
 from .errors import BadRowError
+from .tasks import ON_ERROR_MODES, TASKS
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
@@ -39,8 +39,6 @@ __all__ = [
     "output_schema",
 ]
 
-TASKS = ("embed", "nsp", "encode")
-ON_ERROR_MODES = ("stop", "skip")
 #: Rows sorted together (the sorting window) for embed and nsp: wide enough that length sorting pays.
 DEFAULT_CHUNK_ROWS = 2048
 #: encode keeps every token's hidden state: a smaller window bounds memory (256 x 512 x 768 x 4 B = 400 MB
@@ -224,7 +222,7 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
         [texts[i] or "" for i in good],
         [pairs[i] or "" for i in good] if use_pairs else None,
         truncation=options.truncate,
-        max_length=limit if options.truncate else sys.maxsize,  # untruncated: we judge lengths per row below
+        max_length=limit if options.truncate else None,  # untruncated: each row's length is judged below
     )
     kept = []
     for i, encoding in zip(good, encodings, strict=True):

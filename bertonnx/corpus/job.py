@@ -16,7 +16,7 @@ from typing import Any
 from ..model import DEFAULT_VARIANT, BertOnnx
 from .compute import TaskOptions, compute_rows, default_chunk_rows, output_schema
 from .readers import InputFile, count_rows, open_input, read_split, whole_file
-from .writers import AtomicParquetWriter, AtomicRejectsWriter, check_writable, rejects_path
+from .writers import AtomicParquetWriter, AtomicRejectsWriter, check_writable, output_metadata, rejects_path
 
 __all__ = ["JobSummary", "check_job", "run_local_job"]
 
@@ -121,7 +121,9 @@ def run_local_job(
     check_writable(rejects)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     model = BertOnnx(model_dir, variant, threads=threads)
-    schema = output_schema(options.task, model.hidden_size)
+    schema = output_schema(options.task, model.hidden_size).with_metadata(
+        output_metadata(model.manifest, variant, options, model.precision)
+    )
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(count_rows(source) if show else None, show)
     rows = 0

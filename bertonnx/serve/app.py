@@ -27,13 +27,14 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from tokenizers import Encoding
 
+from ..errors import RequestTooLargeError
 from ..manifest import NSP_IS_NEXT_INDEX, OUTPUT_NAMES
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..options import RuntimeOptions
 from ..version import __version__
 from .answers import JSONAnswer, answer_bytes, check_answer_size
 from .engine import EMBED, GRAPH, NSP, Engine, Task, Work
-from .errors import ERROR_STATUS, ServeError, error_body, validation_message
+from .errors import CORE_ERRORS, ERROR_STATUS, ServeError, error_body, from_core, validation_message
 from .kserve import (
     BINARY_HEADER,
     INPUT_DATATYPE,
@@ -65,7 +66,7 @@ from .protocol import (
     TokenizeRequest,
     Tokens,
 )
-from .scheduler import QueueFull, Scheduler
+from .scheduler import Scheduler
 
 __all__ = ["OPEN_PATHS", "ServerState", "create_app"]
 
@@ -202,11 +203,7 @@ def _check_count(count: int, options: ServeOptions, field: str = "inputs") -> No
     if count == 0:
         raise ServeError(f"{field} is empty; send at least one input", "validation")
     if count > options.max_client_batch_size:
-        raise ServeError(
-            f"{count} inputs in one request, more than --max-client-batch-size {options.max_client_batch_size}; "
-            "split the request",
-            "payload_too_large",
-        )
+        raise RequestTooLargeError(count, options.max_client_batch_size)
 
 
 def encode_inputs(
@@ -220,7 +217,7 @@ def encode_inputs(
         max_length: tokens per input (default: the model's positions).
 
     Raises:
-        ValueError: an input is over ``max_length`` and ``truncation`` is off.
+        InputTooLongError: an input is over ``max_length`` and ``truncation`` is off.
     """
     limit = model.max_length if max_length is None else max_length
     encodings: list[Encoding] = []
@@ -238,15 +235,6 @@ def encode_inputs(
     return encodings
 
 
-def _http_wording(message: str) -> str:
-    """The runtime's over-length message with the HTTP fix in place of the Python one."""
-    head, python_fix, _ = message.partition(" Pass truncation=True")
-    if not python_fix:
-        return message
-    head = head.replace("more than max_length=", "more than the model's limit of ")
-    return f'{head} Send "truncate": true to cut it, or split the text.'
-
-
 def _chars(item: str | tuple[str, str]) -> int:
     return len(item) if isinstance(item, str) else len(item[0]) + len(item[1])
 
@@ -259,8 +247,9 @@ def encode_within_limit(model: BertOnnx, items: Sequence[str | tuple[str, str]])
     over the limit, and one that does not was tokenized whole. So a 2 MB text is refused in milliseconds.
 
     Raises:
-        ServeError: 422 naming the first input over the limit (with its exact token count when it has at most
-            ``EXACT_COUNT_CHARS`` characters).
+        InputTooLongError: the first input over the limit, with its exact token count, when it has at most
+            ``EXACT_COUNT_CHARS`` characters.
+        ServeError: 422 naming the first input over the limit, when it is longer than that.
     """
     limit = model.max_length
     encodings = encode_inputs(model, items, True, max_length=limit + 1)
@@ -268,12 +257,9 @@ def encode_within_limit(model: BertOnnx, items: Sequence[str | tuple[str, str]])
         if len(encoding) <= limit:
             continue
         item = items[index]
-        if _chars(item) <= EXACT_COUNT_CHARS:  # count it exactly (raises the runtime's message)
+        if _chars(item) <= EXACT_COUNT_CHARS:  # count it exactly: raises InputTooLongError (422 by from_core)
             texts, pairs = ([item], None) if isinstance(item, str) else ([item[0]], [item[1]])
-            try:
-                model.tokenizer.encode(texts, pairs, truncation=False, max_length=limit, first_index=index)
-            except ValueError as exc:
-                raise ServeError(_http_wording(str(exc)), "validation") from None
+            model.tokenizer.encode(texts, pairs, truncation=False, max_length=limit, first_index=index)
         raise ServeError(
             f"input {index} has more than {limit} tokens, the model's limit (it was refused after its first "
             f'{limit + 1}). Send "truncate": true to cut it, or split the text.',
@@ -292,25 +278,22 @@ async def _tokenize(
     truncation = state.options.auto_truncate if truncate is None else truncate
     started = time.monotonic()
 
-    def tokenize() -> list[Encoding]:
+    def tokenize() -> list[Encoding]:  # InputTooLongError: 422 (from_core)
         return encode_inputs(model, items, True) if truncation else encode_within_limit(model, items)
 
-    try:
-        if sum(_chars(item) for item in items) <= TOKENIZE_INLINE_CHARS:  # a thread hop costs more than this
-            encodings = tokenize()
-        else:
-            work = asyncio.ensure_future(asyncio.to_thread(tokenize))
-            done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
-            if work not in done:
-                work.add_done_callback(lambda future: future.exception())  # its result is not wanted
-                raise ServeError(
-                    f"tokenizing the request took more than --request-timeout {state.options.request_timeout:g} s; "
-                    "send fewer or shorter inputs, or raise --request-timeout",
-                    "timeout",
-                )
-            encodings = work.result()
-    except ValueError as exc:
-        raise ServeError(f"{_http_wording(str(exc))}", "validation") from None
+    if sum(_chars(item) for item in items) <= TOKENIZE_INLINE_CHARS:  # a thread hop costs more than this
+        encodings = tokenize()
+    else:
+        work = asyncio.ensure_future(asyncio.to_thread(tokenize))
+        done, _ = await asyncio.wait({work}, timeout=max(0.0, deadline - time.monotonic()))
+        if work not in done:
+            work.add_done_callback(lambda future: future.exception())  # its result is not wanted
+            raise ServeError(
+                f"tokenizing the request took more than --request-timeout {state.options.request_timeout:g} s; "
+                "send fewer or shorter inputs, or raise --request-timeout",
+                "timeout",
+            )
+        encodings = work.result()
     state.metrics.tokenization_duration.observe(time.monotonic() - started)
     return encodings
 
@@ -341,22 +324,11 @@ async def _wait_disconnect(request: Request) -> None:
             await asyncio.Event().wait()  # never set: cancelled once the answer is ready
 
 
-def _overloaded(full: QueueFull) -> ServeError:
-    return ServeError(
-        f"the queue is full ({full.reason}); retry after {full.retry_after} s or send fewer inputs",
-        "overloaded",
-        {"Retry-After": str(full.retry_after)},
-    )
-
-
 async def _compute(state: ServerState, scheduler: Scheduler, request: Request, works: list[Work]) -> list[Any]:
     """Queue ``works`` and wait for their answers, the client leaving, or the request's deadline."""
     timeout = state.options.request_timeout
     deadline = _deadline(state, request)
-    try:
-        ticket = scheduler.submit(works, deadline)
-    except QueueFull as full:
-        raise _overloaded(full) from None
+    ticket = scheduler.submit(works, deadline)  # QueueFullError: 429 (from_core)
     watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
     waiting: set[asyncio.Future[Any]] = {ticket.future, watcher}
     try:
@@ -392,11 +364,8 @@ async def _prepare(
     model, scheduler = state.require_model()
     items = _as_list(inputs)
     _check_count(len(items), state.options, field)
-    try:  # nothing is computed for a request the queue would refuse: check with 2 tokens an input, at least
-        if queued:
-            scheduler.check_room(len(items), SPECIAL_TOKENS * len(items))
-    except QueueFull as full:
-        raise _overloaded(full) from None
+    if queued:  # nothing is computed for a request the queue would refuse (QueueFullError: 429, from_core)
+        scheduler.check_room(len(items), SPECIAL_TOKENS * len(items))  # with 2 tokens an input, at least
     return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
 
 
@@ -471,8 +440,8 @@ def create_app(
         variant: which variant of the directory to load (ignored for a loaded model).
         threads: onnxruntime intra-op threads (default: physical cores; ignored for a loaded model).
         spinning: let idle onnxruntime threads spin (ignored for a loaded model). Off by default: the
-            event loop and tokenization share the cores, and spinning threads take them (measured on
-            the 2-core machine under load: one 12-token request 108 ms with spinning, 75 ms without).
+            event loop and tokenization share the cores, and spinning threads take them
+            (benchmarks/DEFAULTS.md, "Idle threads do not spin in the server").
         keep_memory: keep onnxruntime's memory arena and the heap's freed pages between engine runs (ignored
             for a loaded model). Off by default: after each run the arena shrinks and free pages go back to the
             system (:attr:`bertonnx.RuntimeOptions.arena_shrinkage`, ``release_memory``), so RSS follows the
@@ -586,6 +555,12 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def serve_error(request: Request, exc: ServeError) -> Response:
         return _error_response(exc, request)
+
+    async def core_error(request: Request, exc: Exception) -> Response:
+        return _error_response(from_core(exc), request)
+
+    for kind in CORE_ERRORS:  # the core's typed errors, mapped in one place (bertonnx.serve.errors.from_core)
+        app.add_exception_handler(kind, core_error)
 
     @app.exception_handler(ClientGone)
     async def client_gone(request: Request, exc: ClientGone) -> Response:

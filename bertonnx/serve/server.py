@@ -29,7 +29,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from ..exit_codes import EXIT_ABANDONED, EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED
 from .app import ServerState
+from .arguments import DEFAULT_HOST, DEFAULT_PORT
 from .connection import ConnectionLimits, bounded_protocol
 
 __all__ = [
@@ -44,16 +46,6 @@ __all__ = [
 
 log = logging.getLogger("bertonnx.serve")
 
-#: Loopback unless told otherwise: exposing the server is a decision, not a default.
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-EXIT_OK = 0
-#: The drain timeout passed with requests still in flight: they were cut off.
-EXIT_ABANDONED = 1
-#: uvicorn could not start listening (the CLI checks the address first, so this is a race); it logged why.
-EXIT_STARTUP_FAILED = 4
-#: The model could not be loaded (the reason is logged and was served by /ready).
-EXIT_LOAD_FAILED = 3
 #: Seconds uvicorn waits for connections after the drain (requests are done by then; keep-alives close).
 SHUTDOWN_GRACE_S = 1.0
 
