@@ -35,6 +35,7 @@ __all__ = [
     "ONNXRUNTIME_BACKEND",
     "OPENVINO_BACKEND",
     "OUTPUT_NAMES",
+    "PER_TOKEN_OUTPUTS",
     "TOKENIZER_FILE",
     "VARIANT_BACKENDS",
     "VARIANT_FILES",
@@ -91,6 +92,9 @@ GRAPH_OUTPUT_NAMES = (
     "start_logits",
     "end_logits",
 )
+#: The outputs with a value per token (``[b, t, ...]``): an input's row is cut to its own tokens, so its
+#: answer never depends on the padding of the batch it ran in.
+PER_TOKEN_OUTPUTS = ("last_hidden_state", "token_logits", "start_logits", "end_logits")
 #: The outputs of a ``BertForPreTraining`` export's main graph (the only graph exports before the task
 #: block gave).
 OUTPUT_NAMES = ("last_hidden_state", "pooler_output", "nsp_logits")

@@ -285,7 +285,8 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.start()
         scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
         assert scheduler.queued_seconds() is None
-        scheduler._recent_tokens.extend([(500, 1.0), (1500, 1.0)])  # 1000 tokens/s measured
+        scheduler.cost.observe(500, 1.0)  # 1000 tokens/s measured over both
+        scheduler.cost.observe(1500, 1.0)
         assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
         scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
         with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, max_queue_wait 2 s"):
@@ -299,7 +300,7 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     async def empty_queue() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=0.1)
         scheduler.start()
-        scheduler._recent_tokens.append((10, 1.0))  # 10 tokens/s: one 512-token input is 51 s of work
+        scheduler.cost.observe(10, 1.0)  # counted as 256 tokens/s: one 512-token input is 2 s of work
         scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
         with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
             scheduler.submit([work(2)], deadline=1e12)

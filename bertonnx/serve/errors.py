@@ -40,13 +40,17 @@ __all__ = [
 
 #: error_type -> HTTP status.
 ERROR_STATUS: Mapping[str, int] = {
+    "bad_request": 400,
     "unauthorized": 401,
     "not_found": 404,
     "method_not_allowed": 405,
     "request_timeout": 408,
     "payload_too_large": 413,
+    "uri_too_long": 414,
+    "unsupported_media_type": 415,
     "validation": 422,
     "overloaded": 429,
+    "headers_too_large": 431,
     "backend": 500,
     "unavailable": 503,
     "timeout": 504,

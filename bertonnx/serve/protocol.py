@@ -135,8 +135,9 @@ class ErrorResponse(BaseModel):
 
     error: str = Field(description="what is wrong and how to fix it")
     error_type: str = Field(
-        description="unauthorized | not_found | method_not_allowed | payload_too_large | validation | "
-        "overloaded | backend | unavailable | timeout"
+        description="bad_request | unauthorized | not_found | method_not_allowed | request_timeout | "
+        "payload_too_large | uri_too_long | unsupported_media_type | validation | overloaded | headers_too_large | "
+        "backend | unavailable | timeout"
     )
 
 

@@ -182,7 +182,7 @@ def add_task_routes(app: FastAPI, state: Any, *, predict: bool) -> None:
             task = model.fill_mask_task(body.top_k)
         except HeadMissingError as exc:
             raise _head_error(exc) from None
-        scheduler, encodings = await _prepare(state, body.inputs, body.truncate)
+        scheduler, encodings = await _prepare(state, request, body.inputs, body.truncate)
         try:
             check_masks(encodings, task.mask_token_id)
         except ValueError as exc:

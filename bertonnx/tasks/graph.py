@@ -1,7 +1,8 @@
 """``graph``: the graph's own outputs, unchanged (``/encode``, KServe, ``BertOnnx.__call__``).
 
-Per input, each asked-for output is its row; ``last_hidden_state`` is cut to the input's tokens (no
-padding). :func:`assemble` builds the offline :class:`~bertonnx.outputs.BertOutput` from whole batches
+Per input, each asked-for output is its row; per-token outputs (``last_hidden_state``, ``token_logits``,
+``start_logits``, ``end_logits``) are cut to the input's tokens (no padding). :func:`assemble` builds the
+offline :class:`~bertonnx.outputs.BertOutput` from whole batches
 instead, without a per-row copy.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batching import Batch
-from ..manifest import GRAPH_OUTPUT_NAMES, OUTPUT_NAMES
+from ..manifest import GRAPH_OUTPUT_NAMES, OUTPUT_NAMES, PER_TOKEN_OUTPUTS
 
 __all__ = ["HIDDEN_STATES", "Graph", "assemble"]
 
@@ -48,14 +49,14 @@ class Graph:
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
     ) -> list[dict[str, np.ndarray]] | Mapping[str, np.ndarray]:
         """One dict per row of ``rows`` (every row when ``None``): each output's row, copied, hidden states
-        cut to the row's tokens (float32); with ``whole_batch``, ``outputs`` itself."""
+        per-token outputs cut to the row's tokens (float32); with ``whole_batch``, ``outputs`` itself."""
         if self.whole_batch:
             return outputs
         picked = range(len(batch)) if rows is None else rows
         return [
             {
                 name: outputs[name][row, : batch.lengths[row]].copy()
-                if name == HIDDEN_STATES
+                if name in PER_TOKEN_OUTPUTS
                 else outputs[name][row].copy()
                 for name in self.outputs
             }
