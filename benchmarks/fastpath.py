@@ -419,6 +419,8 @@ def accuracy(
     path: Path, feeds: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]], recipe: str = ""
 ) -> dict[str, float]:
     """Worst cosines vs PyTorch (hidden states per token, pooler, mean-pooled), NSP agreement and prob diff."""
+    from bertonnx.tasks import is_next_probability
+
     session = _session(path, recipe, threads=2)
     hidden, pooler, mean, agree, prob = [], [], [], 0, 0.0
     for feed, ref in zip(feeds, reference, strict=True):
@@ -427,9 +429,7 @@ def accuracy(
         pooler.append(_cosines(pooled[0], ref["pooler_output"][0]))
         mean.append(_cosines(lhs[0].mean(0), ref["last_hidden_state"][0].mean(0)))
         agree += int(np.argmax(nsp) == np.argmax(ref["nsp_logits"]))
-        p = [
-            np.exp(z[0, 0]) / np.exp(z[0]).sum() for z in (nsp.astype(np.float64), ref["nsp_logits"].astype(np.float64))
-        ]
+        p = [float(is_next_probability(z)[0]) for z in (nsp, ref["nsp_logits"])]
         prob = max(prob, abs(p[0] - p[1]))
     return {
         "hidden_min_cos": float(min(hidden)),
@@ -501,10 +501,17 @@ def _reference(
     manifest = read_manifest(directory)
     weights = manifest.weights
     if weights["kind"] == "random":
-        source = load_source(manifest.data["source"]["model"], weights="random", seed=weights["seed"])
+        source = load_source(
+            manifest.data["source"]["model"], weights="random", seed=weights["seed"], task=manifest.architecture
+        )
     else:
         model = checkpoint or manifest.data["source"]["model"]
-        source = load_source(model, allow_random_heads=bool(weights["random_heads"]), seed=weights["seed"] or 0)
+        source = load_source(
+            model,
+            allow_random_heads=bool(weights["random_heads"]),
+            seed=weights["seed"] or 0,
+            task=manifest.architecture,
+        )
     module = BertWithHeads(source.model).eval()
     with torch.inference_mode():
         return [

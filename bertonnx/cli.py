@@ -1,5 +1,5 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), export, parity, bench,
-bench-serve, serve, batch.
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
+walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
 :func:`bertonnx.command.run_command`: options may come anywhere, every command takes ``--debug``, and every
@@ -32,7 +32,11 @@ from .version import __version__
 __all__ = ["COMMANDS", "main"]
 
 MODULE_PAIR = ("the weather is nice", "i agree with you")
-DESCRIPTION = "Run BERT (encoder, pooler, NSP head) on onnxruntime, without PyTorch."
+#: The module-01 check of the masked-language-model head.
+MODULE_MASKED = "the capital of france is [MASK]."
+DESCRIPTION = (
+    "Run BERT and its fine-tuned heads (classifiers, rerankers, fill-mask, NSP) on onnxruntime, without PyTorch."
+)
 _RULE = "=" * 72
 
 
@@ -89,6 +93,16 @@ def _inspect_arguments(parser: ArgumentParser) -> None:
     _add_json(parser)
 
 
+#: Parameter counts an export may hold beside the base model (``bertonnx.info.count_parameters``).
+_PART_LABELS = {
+    "pooler": "pooler",
+    "nsp_head": "NSP head",
+    "classifier_head": "classifier",
+    "token_classifier_head": "token classifier",
+    "qa_head": "QA head",
+}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
@@ -106,8 +120,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"parameters        (counted from {facts['parameters']['counted_from']})",
         f"  BertModel       {_fmt(p['bert_model'])}",
         f"  token embedding {_fmt(p['token_embeddings'])}",
-        f"  pooler          {_fmt(p['pooler'])}",
-        f"  NSP head        {_fmt(p['nsp_head'])}",
+        *(f"  {label:<15} {_fmt(p[key])}" for key, label in _PART_LABELS.items() if key in p),
         f"  graph total     {_fmt(p['exported_total'])}",
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),
@@ -252,6 +265,118 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- classify, rerank, fill-mask: the checkpoint's own heads --------------------------------------------
+
+TEXTS_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input; blank lines are
+empty texts, so row i of the output belongs to line i). Output: one line per input, or JSON with --json.
+An export without the head the command needs is refused in one line naming what the export has."""
+
+
+def _texts_arguments(parser: ArgumentParser, *, top_k: int | None) -> None:
+    _add_model_args(parser)
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="inputs (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument("--truncation", action="store_true", help="cut long inputs instead of refusing")
+    if top_k is not None:
+        parser.add_argument("--top-k", type=positive_int, default=top_k, help=f"answers per input (default {top_k})")
+
+
+def _classify_arguments(parser: ArgumentParser) -> None:
+    _texts_arguments(parser, top_k=1)
+    parser.add_argument(
+        "--pair",
+        metavar="PAIR",
+        action="append",
+        help="second sentence of a pair (segment 1); repeat it once per TEXT, in order",
+    )
+    parser.add_argument("--all-labels", action="store_true", help="every label's score (overrides --top-k)")
+
+
+def _head_call(args: argparse.Namespace, call: Any) -> Any:
+    """Run a model call; its input errors become one line in this command's terms."""
+    try:
+        return call()
+    except ValueError as exc:
+        raise CommandError(describe_error(exc)) from exc
+
+
+def _banner_to_stderr(args: argparse.Namespace, model: BertOnnx) -> None:
+    if model.manifest.random_weights and not args.json:
+        print(_random_banner(True, model.manifest.weights).rstrip("\n"), file=sys.stderr)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    pairs = args.pair
+    if pairs is not None and len(pairs) != len(texts):
+        raise CommandError(f"{len(texts)} texts but {len(pairs)} --pair values; give one --pair per text, in order")
+    model = _load(args)
+    top_k = None if args.all_labels else args.top_k
+    predictions = _head_call(args, lambda: model.classify(texts, pairs, top_k=top_k, truncation=args.truncation))
+    _banner_to_stderr(args, model)
+    payload = {
+        "architecture": model.manifest.architecture,
+        "problem_type": model.manifest.problem_type,
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "inputs": [{"text": t, **({"pair": pairs[i]} if pairs else {})} for i, t in enumerate(texts)],
+        "predictions": predictions,
+    }
+    lines = []
+    for text, ranked in zip(texts, predictions, strict=True):
+        scores = "  ".join(f"{p['label']} {p['score']:.4f}" for p in ranked)
+        lines.append(f"{scores}\t{text}")
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _rerank_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("query", metavar="QUERY")
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to rank (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument("--truncation", action="store_true", help="cut long (query, text) pairs instead of refusing")
+    parser.add_argument("--raw-scores", action="store_true", help="the cross-encoder's logit instead of its sigmoid")
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    model = _load(args)
+    ranked = _head_call(
+        args, lambda: model.rerank(args.query, texts, truncation=args.truncation, raw_scores=args.raw_scores)
+    )
+    _banner_to_stderr(args, model)
+    payload = {
+        "query": args.query,
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "results": [{**r, "text": texts[r["index"]]} for r in ranked],
+    }
+    lines = [f"{r['score']:.4f}\t{r['index']}\t{texts[r['index']]}" for r in ranked]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_fill_mask(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    model = _load(args)
+    fills = _head_call(args, lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation))
+    _banner_to_stderr(args, model)
+    payload = {
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "results": [{"text": t, "masks": masks} for t, masks in zip(texts, fills, strict=True)],
+    }
+    lines = []
+    for text, masks in zip(texts, fills, strict=True):
+        lines.append(text)
+        for number, candidates in enumerate(masks, 1):
+            lines += [f"  [MASK] {number}: {c['score']:<9.4g} {c['token_str']:<14} {c['sequence']}" for c in candidates]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
 # -- walkthrough -------------------------------------------------------------------------------------
 
 
@@ -264,8 +389,10 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
     out = model([text_a], [text_b])
     assert out.last_hidden_state is not None  # hidden_states=True is the default
     states = out.token_states(0)
-    cosine = mean_pooler_cosine(states, tokens.tokens, out.pooler_output[0])
-    probability = float(out.nsp_probability[0])
+    has_pooler = out.pooler_output.shape[1] > 0
+    cosine = mean_pooler_cosine(states, tokens.tokens, out.pooler_output[0]) if has_pooler else None
+    probability = float(out.nsp_probability[0]) if "nsp" in model.tasks else None
+    fills = model.fill_mask(MODULE_MASKED) if "fill_mask" in model.tasks else None
     c, p = facts["config"], facts["parameters"]["counts"]
     payload = {
         "config": c,
@@ -278,9 +405,20 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
         "pooler_output_shape": list(out.pooler_output.shape),
         "mean_tokens_vs_pooler_cosine": cosine,
         "nsp_is_next_probability": probability,
+        "fill_mask": {"text": MODULE_MASKED, "predictions": fills[0]} if fills else None,
+        "architecture": manifest.architecture,
+        "tasks": list(model.tasks),
         "variant": model.variant,
         "random_weights": manifest.random_weights,
     }
+    heads = ", ".join(f"{_fmt(p[key])} {_PART_LABELS[key]}" for key in _PART_LABELS if key in p)
+    random_label = " (RANDOM weights: not a trained model's answer)" if manifest.random_weights else ""
+    fill_lines = (
+        [f'7. fill-mask "{MODULE_MASKED}"{random_label}']
+        + [f"   {fill['score']:<9.4g} {fill['token_str']:<12} {fill['sequence']}" for fill in fills[0]]
+        if fills
+        else [f"7. fill-mask: this export has no MLM head ({manifest.architecture})"]
+    )
     text = "\n".join(
         [
             _random_banner(manifest.random_weights, manifest.weights)
@@ -289,15 +427,19 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
             f"{c['intermediate_size']} ffn, {c['vocab_size']} vocab, {c['max_position_embeddings']} positions, "
             f"{c['type_vocab_size']} segment types",
             f"2. parameters ({facts['parameters']['counted_from']}): BertModel {_fmt(p['bert_model'])}, "
-            f"token embeddings {_fmt(p['token_embeddings'])}, pooler {_fmt(p['pooler'])}, "
-            f"NSP head {_fmt(p['nsp_head'])}",
+            f"token embeddings {_fmt(p['token_embeddings'])}" + (f", {heads}" if heads else ""),
             f'3. pair "{text_a}" / "{text_b}"',
             f"   tokens         {' '.join(tokens.tokens)}",
             f"   token_type_ids {' '.join(map(str, tokens.type_ids))}",
             f"4. last_hidden_state {tuple(payload['last_hidden_state_shape'])}, "
             f"pooler_output {out.pooler_output.shape}",
-            f"5. cosine(mean of non-special token vectors, pooler_output) = {cosine:.4f}",
-            f"6. NSP: P(B follows A) = {probability:.4f}",
+            f"5. cosine(mean of non-special token vectors, pooler_output) = {cosine:.4f}"
+            if cosine is not None
+            else f"5. pooler: this export has no pooler ({manifest.architecture})",
+            f"6. NSP: P(B follows A) = {probability:.4f}"
+            if probability is not None
+            else f"6. NSP: this export has no NSP head ({manifest.architecture})",
+            *fill_lines,
         ]
     )
     _emit(args, payload, text)
@@ -327,9 +469,32 @@ COMMANDS: dict[str, Command | str] = {
         cmd_embed,
         epilog=EMBED_EPILOG,
     ),
+    "classify": Command(
+        "classify",
+        "labels of each TEXT (or --pair) by the checkpoint's classifier",
+        _classify_arguments,
+        cmd_classify,
+        epilog=TEXTS_EPILOG,
+    ),
+    "rerank": Command(
+        "rerank",
+        "rank TEXTs by relevance to QUERY with a cross-encoder",
+        _rerank_arguments,
+        cmd_rerank,
+        epilog=TEXTS_EPILOG,
+    ),
+    "fill-mask": Command(
+        "fill-mask",
+        "the MLM head's top tokens for each [MASK] of each TEXT",
+        lambda parser: _texts_arguments(parser, top_k=5),
+        cmd_fill_mask,
+        epilog=TEXTS_EPILOG,
+    ),
     "walkthrough": Command(
         "walkthrough", "the whole module in one run on the model directory", _add_model_args, cmd_walkthrough
     ),
+    "tag": "bertonnx.cli_spans:TAG_COMMAND",
+    "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

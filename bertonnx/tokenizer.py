@@ -42,6 +42,7 @@ __all__ = [
     "SURROGATE_STAND_IN",
     "TextTokenizer",
     "clean_text",
+    "clean_up_tokenization",
     "pair_truncation_lengths",
 ]
 
@@ -56,6 +57,28 @@ SURROGATE_STAND_IN = "\x00"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: The pipeline for which a prefix's complete words tokenize as in the whole text (a BERT tokenizer.json).
 PREFIX_SAFE_PIPELINE = {"normalizer": "BertNormalizer", "pre_tokenizer": "BertPreTokenizer", "model": "WordPiece"}
+
+
+#: What transformers' ``clean_up_tokenization`` undoes in decoded text, in its order.
+CLEAN_UP_REPLACEMENTS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+
+
+def clean_up_tokenization(text: str) -> str:
+    """Remove the spaces WordPiece decoding leaves before punctuation and contractions (as transformers)."""
+    for before, after in CLEAN_UP_REPLACEMENTS:
+        text = text.replace(before, after)
+    return text
 
 
 def clean_text(text: str) -> str:
@@ -105,7 +128,7 @@ def _cut(encoding: Encoding, keep: int) -> None:
 class TextTokenizer:
     """Encodes texts and pairs with ``[CLS] A [SEP] (B [SEP])`` and segment ids 0/1."""
 
-    def __init__(self, path: Path, max_positions: int) -> None:
+    def __init__(self, path: Path, max_positions: int, *, clean_up_spaces: bool = True) -> None:
         """Load ``tokenizer.json`` and clear any padding or truncation baked into it.
 
         Raises:
@@ -129,6 +152,14 @@ class TextTokenizer:
         # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
         # within its length of the end are not taken as final.
         self._added_chars = max((len(t.content) for t in added), default=0)
+        #: transformers' ``clean_up_tokenization_spaces`` (True for BERT's tokenizers), used by :meth:`decode`.
+        self.clean_up_spaces = clean_up_spaces
+
+    def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+        """Text of ``ids`` as transformers' fast BERT tokenizer decodes it (WordPiece merged, and with
+        ``clean_up_spaces`` the spaces before punctuation and English contractions removed)."""
+        text: str = self._base.decode(ids, skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_spaces else text
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._base.token_to_id(token)

@@ -50,21 +50,20 @@ REPLICA_ACTOR = "ServeReplica:bertonnx:bertonnx"
 
 #: Seconds each batch of the job that loses a node sleeps: ~63 batches over 2 actors last >= 6 s.
 SLEEP_PER_BATCH_S = 0.2
-#: ``run_ray_job`` with a predictor that sleeps per batch (defined in ``__main__``, so Ray ships it by value).
-SLOW_JOB = f"""
-import json, sys, time
-from bertonnx.corpus import BertOnnxPredictor, TaskOptions
-from bertonnx.corpus.ray_job import run_ray_job
+#: ``bertonnx ARGS`` whose Ray job's actors run a predictor that sleeps per batch (defined in ``__main__``, so
+#: Ray ships it by value; made the job's default predictor, as the command line has no option for it).
+SLOW_BERTONNX = f"""
+import sys, time
+from bertonnx.cli import main
+from bertonnx.corpus import BertOnnxPredictor, ray_job
 
 class SlowPredictor(BertOnnxPredictor):
     def __call__(self, batch):
         time.sleep({SLEEP_PER_BATCH_S})
         return super().__call__(batch)
 
-model, corpus, output, address = sys.argv[1:]
-summary = run_ray_job(model, corpus, output, TaskOptions(on_error="skip"), address=address, actors=2,
-                      chunk_rows={CHUNK_ROWS}, progress=False, predictor=SlowPredictor)
-print(json.dumps(summary.as_dict()))
+ray_job.run_ray_job.__kwdefaults__["predictor"] = SlowPredictor
+sys.exit(main(sys.argv[1:]))
 """
 
 #: Posts ``[[path, body], ...]`` (stdin) to ``BASE`` in rounds for at least ``SECONDS``; prints every
@@ -203,14 +202,14 @@ def test_worker_node_lost_mid_job_still_gives_every_row_once(
     (``max_restarts=-1``) and retries its batch (``max_task_retries=-1``); Ray retries lost read and write
     tasks and rebuilds lost blocks from their lineage. The restarted actor cannot be placed (the head's one
     CPU is taken), so the head's actor finishes the job. The sink's id check would refuse to commit a lost
-    or doubled row. The job runs through ``run_ray_job`` with a predictor that sleeps per batch, so that it
-    lasts long enough to lose a node in, however fast the machine."""
+    or doubled row. The job's predictor sleeps per batch, so that it lasts long enough to lose a node in,
+    however fast the machine."""
     two_nodes.ensure_worker()
     finished_before = predictor_tasks(two_nodes, predictor="SlowPredictor")
     expected = local_job(tiny_export, long_corpus, tmp_path / "local.parquet")
     output = tmp_path / "lost-node.parquet"
     stderr = tmp_path / "job.stderr"
-    driver = [sys.executable, "-c", SLOW_JOB, str(tiny_export), str(long_corpus), str(output), two_nodes.address]
+    driver = [sys.executable, "-c", SLOW_BERTONNX, *batch_argv(tiny_export, long_corpus, output, two_nodes.address)[3:]]
     with open(stderr, "w", encoding="utf-8") as err:
         job = two_nodes.popen(two_nodes.head_ns, driver, stdout=subprocess.PIPE, stderr=err)
     try:

@@ -476,13 +476,24 @@ def test_kserve_bad_binary_header_and_nesting_are_422(server: Server) -> None:
         check_error(client.post(f"/v2/models/{name}/infer", json={"inputs": [huge]}), 422, "validation", "INT64")
 
 
+def read_until_closed(sock: socket.socket, limit: int = 1 << 20) -> str:
+    """Everything the server sends until it closes the connection (at most ``limit`` bytes)."""
+    data = b""
+    while len(data) < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
 def test_a_stalled_body_gets_408_and_does_not_hold_the_drain(tmp_path: Path, tiny_export: Path) -> None:
     server = Server(tiny_export, tmp_path / "server.log", "--request-timeout", "1", "--drain-timeout", "20")
     try:
         with socket.create_connection((HOST, server.port), timeout=10) as sock:
             sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 27\r\n\r\n{\"inputs\": ")  # fmt: skip
-            answer = sock.recv(65536).decode()  # the server answers once the body is 1 s late
+            answer = read_until_closed(sock)  # the server answers once the body is 1 s late, then closes
         assert answer.startswith("HTTP/1.1 408"), answer
         assert '"error_type": "request_timeout"' in answer
         # a drain does not wait for a body that is still on its way: it answers 503 and exits 0 at once
@@ -541,6 +552,8 @@ def test_429_with_retry_after_when_the_queue_is_full(held: Server) -> None:
         body = check_error(refused, 429, "overloaded", "the queue is full (3 inputs waiting, max_queue 4)")
         assert int(refused.headers["retry-after"]) >= 1
         assert f"retry after {refused.headers['retry-after']} s" in body["error"]
+        # refused before it is tokenized: an input that tokenization would refuse (422) gets the 429
+        check_error(client.post("/embed", json={"inputs": [LONG_TEXT] * 2}), 429, "overloaded", "max_queue 4")
         check_error(first.result(timeout=30), 504, "timeout", "--request-timeout 2 s")  # held past its deadline
 
 
@@ -733,6 +746,9 @@ def test_serve_refuses_a_bad_directory_or_option_before_binding(tmp_path: Path, 
         (["--port", "abc"], "argument --port: expected a port number 0-65535, got 'abc'"),
         (["--port", "99999"], "argument --port: expected a port number 0-65535, got 99999"),
         (["--host", "not-a-host.invalid"], "--host 'not-a-host.invalid' is not an address"),
+        (["--write-timeout", "0"], "argument --write-timeout: input should be greater than 0"),
+        (["--max-url-bytes", "65536"], "max_url_bytes (65536) must be <= max_header_bytes (32768)"),
+        (["--max-response-bytes", "-5"], "argument --max-response-bytes: input should be greater than or equal to 1"),
     ],
 )
 def test_bad_serve_options_are_one_line_exit_2(tiny_export: Path, args: list[str], message: str) -> None:

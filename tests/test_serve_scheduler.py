@@ -19,12 +19,13 @@ import pytest
 from bertonnx import BertOnnx
 from bertonnx.batching import BatchLimits
 from bertonnx.errors import EngineError, ShuttingDownError
-from bertonnx.serve.engine import EMBED, GRAPH, NSP, Engine, Task, Work
+from bertonnx.serve.engine import Engine, Work
 from bertonnx.serve.errors import from_core
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
 from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
+from bertonnx.tasks import Embed, Graph, Nsp
 
 ATOL = 1e-5
 
@@ -173,7 +174,7 @@ class Recorder:
 
 
 def work(length: int) -> Work:
-    return Work([101] * length, [0] * length, Task(NSP))
+    return Work([101] * length, [0] * length, Nsp("logits"))
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -284,7 +285,8 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.start()
         scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
         assert scheduler.queued_seconds() is None
-        scheduler._recent_tokens.extend([(500, 1.0), (1500, 1.0)])  # 1000 tokens/s measured
+        scheduler.cost.observe(500, 1.0)  # 1000 tokens/s measured over both
+        scheduler.cost.observe(1500, 1.0)
         assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
         scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
         with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, max_queue_wait 2 s"):
@@ -298,7 +300,7 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     async def empty_queue() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=0.1)
         scheduler.start()
-        scheduler._recent_tokens.append((10, 1.0))  # 10 tokens/s: one 512-token input is 51 s of work
+        scheduler.cost.observe(10, 1.0)  # counted as 256 tokens/s: one 512-token input is 2 s of work
         scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
         with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
             scheduler.submit([work(2)], deadline=1e12)
@@ -400,13 +402,13 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     singles = model.encode(TEXTS)
     pairs = model.encode([a for a, _ in PAIRS], [b for _, b in PAIRS])
     tasks = [
-        Task(EMBED, pooling="pooler"),
-        Task(EMBED, pooling="mean", normalize=True),
-        Task(EMBED, pooling="cls"),
-        Task(GRAPH, outputs=("last_hidden_state", "nsp_logits")),
+        Embed("pooler"),
+        Embed("mean", normalize=True),
+        Embed("cls"),
+        Graph(("last_hidden_state", "nsp_logits")),
     ]
     works = [Work(e.ids, e.type_ids, task) for e, task in zip(singles, tasks, strict=True)]
-    works += [Work(e.ids, e.type_ids, Task(NSP)) for e in pairs]
+    works += [Work(e.ids, e.type_ids, Nsp("logits")) for e in pairs]
     answers = engine.run(works)
     np.testing.assert_allclose(answers[0], model.embed(TEXTS[0], "pooler")[0], atol=ATOL)
     np.testing.assert_allclose(answers[1], model.embed(TEXTS[1], "mean", normalize=True)[0], atol=ATOL)
@@ -420,4 +422,4 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     nsp = model([a for a, _ in PAIRS], [b for _, b in PAIRS]).nsp_logits
     np.testing.assert_allclose(np.stack(answers[4:]), nsp, atol=ATOL)
     with pytest.raises(ValueError, match="unknown pooling 'max'"):
-        Task(EMBED, pooling="max")
+        Embed("max")

@@ -10,6 +10,7 @@ arguments become :class:`~bertonnx.corpus.compute.TaskOptions`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -23,6 +24,7 @@ from ..command import ArgumentParser, Command, CommandError, optional_address_ar
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
+from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
 
@@ -51,10 +53,28 @@ def _arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
-    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode)")
+    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
     parser.add_argument("--truncate", action="store_true", help="cut inputs longer than the model takes")
+    parser.add_argument(
+        "--aggregation-strategy",
+        choices=AGGREGATION_STRATEGIES,
+        default="simple",
+        help="tag: none (every token), simple (B-/I- grouped), first/average/max (one label per word); default simple",
+    )
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="tag: tag rows over the model's 512 tokens in windows sharing this many tokens (else they are bad rows)",
+    )
+    parser.add_argument(
+        "--ignore-label",
+        action="append",
+        metavar="LABEL",
+        help="tag: leave LABEL out (repeatable; default O); --ignore-label '' keeps every label",
+    )
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_MODES,
@@ -112,6 +132,9 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         args.on_error,
         max_batch_tokens=args.max_batch_tokens,
         batch_size=args.batch_size,
+        aggregation_strategy=args.aggregation_strategy,
+        stride=args.stride,
+        ignore_labels=tuple(label for label in args.ignore_label or DEFAULT_IGNORE_LABELS if label),
     )
 
 
@@ -124,7 +147,10 @@ def run(args: argparse.Namespace) -> int:
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
-        summary = _run(args)
+        # Ray prints its notices to the driver (a node marked dead, a lost object rebuilt) on stdout; they go
+        # to stderr, so that stdout holds only the summary (`--json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            summary = _run(args)
     except RayJobError as exc:  # the cluster's failure, not a bug: one line, exit 2
         raise CommandError(str(exc)) from exc
     except KeyboardInterrupt:

@@ -15,7 +15,6 @@ rows reach the sink only from the attempt that finished, so nothing is lost or w
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
-from .compute import TaskOptions, default_chunk_rows, output_schema
+from .compute import TaskOptions, check_model_task, default_chunk_rows, output_schema
 from .errors import BadRowError, CorpusFileError, RayJobError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
@@ -93,75 +92,74 @@ def run_ray_job(
     check_writable(rejects_path(output))
     manifest = read_manifest(model_dir)
     manifest.require_variant(variant)
+    check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     schema = output_schema(options.task, manifest.hidden_size).with_metadata(
         output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
     )
     show = sys.stderr.isatty() if progress is None else progress
-    # Ray prints its messages to the driver (a node marked dead, a lost object being rebuilt) on stdout;
-    # they go to stderr, so that stdout holds only the summary (`bertonnx batch --json`).
-    with contextlib.redirect_stdout(sys.stderr):
-        owns_ray = not ray.is_initialized()
-        if owns_ray:
-            _connect(ray, address, show)
-        try:
-            context = ray.data.DataContext.get_current()
-            context.enable_progress_bars = show
-            context.raise_original_map_exception = True  # a BadRowError reaches us as itself, not as its text
-            cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
-            actors = actors or max(1, cpus // threads_per_actor)
-            if actors * threads_per_actor > cpus:
-                raise ValueError(
-                    f"{actors} actors x {threads_per_actor} threads need {actors * threads_per_actor} CPUs; the "
-                    f"cluster has {cpus}. Lower --actors or --threads-per-actor, or add nodes"
-                )
-            split_bytes = min(
-                MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, source.size_bytes // (SPLITS_PER_ACTOR * actors) + 1)
+    owns_ray = not ray.is_initialized()
+    if owns_ray:
+        _connect(ray, address, show)
+    try:
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = show
+        context.raise_original_map_exception = True  # a BadRowError reaches us as itself, not as its text
+        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        actors = actors or max(1, cpus // threads_per_actor)
+        if actors * threads_per_actor > cpus:
+            raise ValueError(
+                f"{actors} actors x {threads_per_actor} threads need {actors * threads_per_actor} CPUs; the cluster "
+                f"has {cpus}. Lower --actors or --threads-per-actor, or add nodes"
             )
-            splits = plan_splits(source, split_bytes)
-            expected = None if any(s.num_rows is None for s in splits) else sum(s.num_rows or 0 for s in splits)
-            from .ray_io import CorpusDatasink, CorpusDatasource
+        split_bytes = min(MAX_SPLIT_BYTES, max(MIN_SPLIT_BYTES, source.size_bytes // (SPLITS_PER_ACTOR * actors) + 1))
+        splits = plan_splits(source, split_bytes)
+        expected = None if any(s.num_rows is None for s in splits) else sum(s.num_rows or 0 for s in splits)
+        from .ray_io import CorpusDatasink, CorpusDatasource
 
-            dataset = ray.data.read_datasource(CorpusDatasource(source, splits, chunk_rows), num_cpus=IO_TASK_CPUS)
-            dataset = dataset.map_batches(
-                predictor,
-                fn_constructor_kwargs={
-                    "model_dir": str(manifest.directory.absolute()),
-                    "variant": variant,
-                    "threads": threads_per_actor,
-                    "task": options.task,
-                    "pooling": options.pooling,
-                    "normalize": options.normalize,
-                    "truncate": options.truncate,
-                    "on_error": options.on_error,
-                    "pair_column": "pair" if source.pair_column else None,
-                    "max_batch_tokens": options.max_batch_tokens,
-                    "batch_size": options.batch_size,
-                },
-                compute=ray.data.ActorPoolStrategy(size=actors),
-                num_cpus=threads_per_actor,
-                batch_size=chunk_rows,
-                batch_format="pyarrow",
-                udf_modifying_row_count=False,
-            )
-            sink = CorpusDatasink(output, schema, expected)
-            try:
-                dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
-            except Exception as exc:  # Ray wraps a worker's exception: surface ours as they are, name its own
-                user_error = _user_error(exc)
-                if user_error is None and isinstance(exc, ray.exceptions.RayError):
-                    reason = (str(exc).strip().splitlines() or [""])[0][:300]
-                    raise RayJobError(
-                        f"the Ray cluster could not finish the job ({type(exc).__name__}: {reason}); nothing was "
-                        "written and an older output is unchanged. Check the cluster (`ray status`) and rerun"
-                    ) from exc
-                raise user_error or exc from None
-            finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
-                if sink.result is None:
-                    remove(sink.staging)
-        finally:
-            if owns_ray:
-                ray.shutdown()
+        dataset = ray.data.read_datasource(CorpusDatasource(source, splits, chunk_rows), num_cpus=IO_TASK_CPUS)
+        dataset = dataset.map_batches(
+            predictor,
+            fn_constructor_kwargs={
+                "model_dir": str(manifest.directory.absolute()),
+                "variant": variant,
+                "threads": threads_per_actor,
+                "task": options.task,
+                "pooling": options.pooling,
+                "normalize": options.normalize,
+                "truncate": options.truncate,
+                "on_error": options.on_error,
+                "pair_column": "pair" if source.pair_column else None,
+                "max_batch_tokens": options.max_batch_tokens,
+                "batch_size": options.batch_size,
+                "aggregation_strategy": options.aggregation_strategy,
+                "stride": options.stride,
+                "ignore_labels": options.ignore_labels,
+            },
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=threads_per_actor,
+            batch_size=chunk_rows,
+            batch_format="pyarrow",
+            udf_modifying_row_count=False,
+        )
+        sink = CorpusDatasink(output, schema, expected)
+        try:
+            dataset.write_datasink(sink, ray_remote_args={"num_cpus": IO_TASK_CPUS})
+        except Exception as exc:  # Ray wraps a worker's exception: surface ours as they are, name its own
+            user_error = _user_error(exc)
+            if user_error is None and isinstance(exc, ray.exceptions.RayError):
+                reason = (str(exc).strip().splitlines() or [""])[0][:300]
+                raise RayJobError(
+                    f"the Ray cluster could not finish the job ({type(exc).__name__}: {reason}); nothing was "
+                    "written and an older output is unchanged. Check the cluster (`ray status`) and rerun"
+                ) from exc
+            raise user_error or exc from None
+        finally:  # Ray cleans up after an Exception; after Ctrl-C (or a commit that failed) we do
+            if sink.result is None:
+                remove(sink.staging)
+    finally:
+        if owns_ray:
+            ray.shutdown()
     assert sink.result is not None
     rows = sink.result.outputs + sink.result.rejected
     return JobSummary(

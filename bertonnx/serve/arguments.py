@@ -63,6 +63,21 @@ DEFAULT_REQUEST_TIMEOUT_S = 60.0
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
 #: Pooling of ``/embed`` and ``/v1/embeddings`` when the request names none: BERT's trained pooler.
 DEFAULT_POOLING = "pooler"
+#: Bytes of a request's line and headers at most (431 past it): nginx allows 4 buffers of 8 kB for them,
+#: Envoy 60 kB; a bearer token and a client's usual headers take well under 2 kB.
+DEFAULT_MAX_HEADER_BYTES = 32_768
+#: Headers per request at most (431 past it): Envoy's and hyper's (TEI's HTTP library) default.
+DEFAULT_MAX_HEADERS = 100
+#: Bytes of the request target (path and query) at most (414 past it): nginx's 8 kB header buffer.
+DEFAULT_MAX_URL_BYTES = 8_192
+#: Seconds a connection may take to send a request's line and headers, counted from the connection (or,
+#: on a kept-alive connection, from the request's first byte); past it 408 and the connection is closed.
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+#: Seconds an idle kept-alive connection stays open between requests (uvicorn's and nginx's idea of it).
+DEFAULT_KEEP_ALIVE_TIMEOUT_S = 5.0
+#: Seconds an answer may go without the client reading any of it; past it the connection is closed and the
+#: answer freed (nginx's ``send_timeout`` is 60 s).
+DEFAULT_WRITE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,42 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         float,
         DEFAULT_DRAIN_TIMEOUT_S,
         "seconds SIGTERM/SIGINT waits for accepted requests before exiting",
+    ),
+    Option(
+        "--max-response-bytes",
+        int,
+        None,
+        "bytes an answer may take, estimated before it is computed; more gives 413 (0: the default)",
+        zero_means_none=True,
+        default_text="the answer of the largest request the other limits allow",
+    ),
+    Option(
+        "--max-header-bytes",
+        positive_int,
+        DEFAULT_MAX_HEADER_BYTES,
+        "bytes of the request line and headers; more gives 431",
+    ),
+    Option("--max-headers", positive_int, DEFAULT_MAX_HEADERS, "headers per request; more gives 431"),
+    Option(
+        "--max-url-bytes",
+        positive_int,
+        DEFAULT_MAX_URL_BYTES,
+        "bytes of the request target (path and query); more gives 414",
+    ),
+    Option(
+        "--header-timeout",
+        float,
+        DEFAULT_HEADER_TIMEOUT_S,
+        "seconds to receive a request's line and headers; past it 408 and the connection closes",
+    ),
+    Option(
+        "--keep-alive-timeout", float, DEFAULT_KEEP_ALIVE_TIMEOUT_S, "seconds an idle kept-alive connection stays open"
+    ),
+    Option(
+        "--write-timeout",
+        float,
+        DEFAULT_WRITE_TIMEOUT_S,
+        "seconds an answer may go without the client reading any of it; past it the connection closes",
     ),
 )
 

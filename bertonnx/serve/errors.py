@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..errors import (
     EngineError,
+    HeadMissingError,
     InputTooLongError,
     QueueFullError,
     RequestTooLargeError,
@@ -39,13 +40,17 @@ __all__ = [
 
 #: error_type -> HTTP status.
 ERROR_STATUS: Mapping[str, int] = {
+    "bad_request": 400,
     "unauthorized": 401,
     "not_found": 404,
     "method_not_allowed": 405,
     "request_timeout": 408,
     "payload_too_large": 413,
+    "uri_too_long": 414,
+    "unsupported_media_type": 415,
     "validation": 422,
     "overloaded": 429,
+    "headers_too_large": 431,
     "backend": 500,
     "unavailable": 503,
     "timeout": 504,
@@ -128,6 +133,8 @@ def from_core(error: Exception) -> ServeError:
         return ServeError(
             f"{error.variant!r} is not served here; the export holds {', '.join(error.available)}", "not_found"
         )
+    if isinstance(error, HeadMissingError):  # the route's task needs a head the export lacks
+        return ServeError(str(error), "validation")
     raise TypeError(f"{type(error).__name__} is not a core error the server maps; expected one of CORE_ERRORS")
 
 

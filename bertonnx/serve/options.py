@@ -18,25 +18,37 @@ from ..outputs import POOLING_MODES
 from .arguments import (
     DEFAULT_BATCH_WAIT_MS,
     DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_S,
     DEFAULT_MAX_BATCH_REQUESTS,
     DEFAULT_MAX_CLIENT_BATCH_SIZE,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
     DEFAULT_MAX_QUEUE,
     DEFAULT_MAX_QUEUE_WAIT_S,
+    DEFAULT_MAX_URL_BYTES,
     DEFAULT_PAYLOAD_LIMIT,
     DEFAULT_POOLING,
     DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
 )
 
 __all__ = [
     "DEFAULT_BATCH_WAIT_MS",
     "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_KEEP_ALIVE_TIMEOUT_S",
     "DEFAULT_MAX_BATCH_REQUESTS",
     "DEFAULT_MAX_CLIENT_BATCH_SIZE",
+    "DEFAULT_MAX_HEADERS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_MAX_QUEUE_WAIT_S",
+    "DEFAULT_MAX_URL_BYTES",
     "DEFAULT_PAYLOAD_LIMIT",
     "DEFAULT_POOLING",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "DEFAULT_WRITE_TIMEOUT_S",
     "ServeOptions",
 ]
 
@@ -72,6 +84,22 @@ class ServeOptions:
         drain_timeout: seconds SIGTERM/SIGINT waits for accepted requests before exiting.
         pooling: ``pooler``, ``cls`` or ``mean`` for requests that name none.
         model_name: the name in KServe routes, ``/info`` and OpenAI answers (default: the directory name).
+        max_response_bytes: bytes an answer may take, estimated before it is computed (413 past it, naming
+            how to ask for less). ``None``: the answer of the largest request the other limits allow
+            (``max_client_batch_size`` inputs of the model's positions with every output, as JSON), so only
+            requests past those limits are refused.
+        max_header_bytes: bytes of the request line and headers (431 past it).
+        max_headers: headers per request (431 past it).
+        max_url_bytes: bytes of the request target, path and query (414 past it); at most
+            ``max_header_bytes``.
+        header_timeout: seconds to receive a request's line and headers (408 past it, then the connection
+            is closed); a new connection that sends nothing is closed after it.
+        keep_alive_timeout: seconds an idle kept-alive connection stays open.
+        write_timeout: seconds an answer may go without the client reading any of it; past it the
+            connection is closed and the answer freed.
+
+    The connection limits (headers, URL, header, keep-alive and write timeouts) are enforced by
+    :func:`bertonnx.serve.run_server`; an app run by another server (Ray Serve's proxy) has that server's.
 
     Raises:
         pydantic.ValidationError: a field has the wrong type or is out of range (a ``ValueError``; every
@@ -92,6 +120,13 @@ class ServeOptions:
     drain_timeout: Seconds = DEFAULT_DRAIN_TIMEOUT_S
     pooling: str = DEFAULT_POOLING
     model_name: Annotated[str, Field(min_length=1)] | None = None
+    max_response_bytes: PositiveInt | None = None
+    max_header_bytes: PositiveInt = DEFAULT_MAX_HEADER_BYTES
+    max_headers: PositiveInt = DEFAULT_MAX_HEADERS
+    max_url_bytes: PositiveInt = DEFAULT_MAX_URL_BYTES
+    header_timeout: Annotated[float, Field(gt=0)] = DEFAULT_HEADER_TIMEOUT_S
+    keep_alive_timeout: Annotated[float, Field(gt=0)] = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    write_timeout: Annotated[float, Field(gt=0)] = DEFAULT_WRITE_TIMEOUT_S
 
     @field_validator("pooling")
     @classmethod
@@ -107,6 +142,11 @@ class ServeOptions:
             raise ValueError(
                 f"max_queue ({self.max_queue}) must be >= max_client_batch_size ({self.max_client_batch_size}), "
                 "or a full request could never be queued; raise max_queue or lower max_client_batch_size"
+            )
+        if self.max_url_bytes > self.max_header_bytes:
+            raise ValueError(
+                f"max_url_bytes ({self.max_url_bytes}) must be <= max_header_bytes ({self.max_header_bytes}): the "
+                "request target is part of the request line"
             )
         return self
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from ..batching import BatchLimits
 from ..errors import EngineError, QueueFullError, ShuttingDownError
+from .admission import TokenCost
 from .engine import Work
 from .metrics import DROP_REASONS, ServeMetrics
 
@@ -198,7 +199,8 @@ class Scheduler:
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
         max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
-            seconds per token of recent batches; a request that would pass it gets :class:`QueueFull`
+            engine's cost per token (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between
+            the best cost seen and 4 times it); a request that would pass it gets :class:`QueueFull`
             (``None``: no limit; a request is always taken when nothing is queued).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
@@ -224,7 +226,7 @@ class Scheduler:
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
-        self._recent_tokens: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self.cost = TokenCost()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: list[Entry] = []
@@ -273,16 +275,7 @@ class Scheduler:
             QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
                 queued with them would take longer than ``max_queue_wait`` seconds.
         """
-        if self.queued + len(works) > self.max_queue:
-            raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
-        wait = self.queued_seconds(sum(len(work.ids) for work in works))
-        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
-            raise QueueFull(
-                self.queued,
-                self.max_queue,
-                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
-                f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
-            )
+        self.check_room(len(works), sum(len(work.ids) for work in works))
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -290,6 +283,25 @@ class Scheduler:
         self._set_depth()
         self._wakeup.set()
         return ticket
+
+    def check_room(self, inputs: int, tokens: int) -> None:
+        """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
+        with a lower bound of ``tokens``, a request can be refused before it is tokenized).
+
+        Raises:
+            QueueFull: the queue cannot take ``inputs`` more inputs, or (with ``max_queue_wait``) the work
+                queued with them would take longer than ``max_queue_wait`` seconds.
+        """
+        if self.queued + inputs > self.max_queue:
+            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
+        wait = self.queued_seconds(tokens)
+        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+            )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop a request's queued inputs (never computed) and count them under ``reason``.
@@ -320,13 +332,12 @@ class Scheduler:
 
     def queued_seconds(self, extra_tokens: int = 0) -> float | None:
         """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
-        the seconds per token of recent batches (``None`` before the first batch)."""
-        tokens = sum(count for count, _ in self._recent_tokens)
-        seconds = sum(elapsed for _, elapsed in self._recent_tokens)
-        if not tokens or seconds <= 0:
+        the estimated cost per token (``None`` before the first batch)."""
+        per_token = self.cost.seconds_per_token()
+        if per_token is None:
             return None
         pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
-        return (pending + extra_tokens) * seconds / tokens
+        return (pending + extra_tokens) * per_token
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -398,7 +409,7 @@ class Scheduler:
                 self._running = []
             elapsed = time.monotonic() - started
             self._recent.append((len(batch), elapsed))
-            self._recent_tokens.append((sum(entry.length for entry in batch), elapsed))
+            self.cost.observe(sum(entry.length for entry in batch), elapsed)
             self._record(batch, started, elapsed)
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket
