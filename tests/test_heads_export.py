@@ -118,6 +118,7 @@ def test_every_class_exports_without_flags(head_exports: dict[str, tuple[Path, P
         for output in expected:
             assert record["parity"][f"{output}_max_abs"] <= EXACT_ATOL, (variant, output)
     assert manifest.data["parity_gate"]["reference"] == f"transformers {architecture} (PyTorch, fp32)"
+    assert manifest.data["parity_gate"]["agreement_tie_probability"] == 0.01
     if row.has_mlm:
         assert manifest.data["parity_gate"]["masked_inputs"] > 0
         assert manifest.record(manifest.mlm_head.file)
