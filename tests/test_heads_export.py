@@ -138,6 +138,17 @@ def test_bert_model_export_has_no_invented_head(head_exports: dict[str, tuple[Pa
         model.nsp("a", "b")
 
 
+def test_walkthrough_names_what_an_encoder_export_has(
+    head_exports: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bertonnx.cli import main as cli_main
+
+    assert cli_main(["walkthrough", str(head_exports["encoder"][1])]) == 2
+    err = capsys.readouterr().err
+    assert "was exported from BertModel, which has pooler" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("name", ["sentiment", "multi-label", "cross-encoder", "regression", "ner", "qa", "nsp"])
 def test_head_outputs_equal_torch(head_exports: dict[str, tuple[Path, Path]], name: str) -> None:
     """The checkpoint's own head is in the graph: its outputs equal the transformers class's on the same ids."""
