@@ -382,6 +382,13 @@ def cmd_fill_mask(args: argparse.Namespace) -> int:
 
 def cmd_walkthrough(args: argparse.Namespace) -> int:
     manifest = read_manifest(args.model_dir)
+    if "nsp" not in manifest.heads or "pooler" not in manifest.heads:
+        heads = ", ".join(manifest.heads) or "no head"
+        raise ValueError(
+            f"walkthrough follows the module's pre-training checks (pooler and NSP head); {manifest.directory} "
+            f"was exported from {manifest.architecture}, which has {heads}. Use `bertonnx inspect` and "
+            "`bertonnx embed` on it, or walk through a BertForPreTraining export (bert-base-uncased)."
+        )
     facts = describe(manifest)
     model = _load(args)
     text_a, text_b = MODULE_PAIR

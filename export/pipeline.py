@@ -398,6 +398,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             "inputs": len(gate.GATE_INPUTS),
             "masked_inputs": masked,
             "exact_max_abs": gate.EXACT_MAX_ABS,
+            "agreement_tie_probability": gate.TIE_PROBABILITY,
             "int8_thresholds": gate.INT8_THRESHOLDS,
             "bf16_thresholds": gate.BF16_THRESHOLDS,
         },

@@ -118,6 +118,7 @@ def test_every_class_exports_without_flags(head_exports: dict[str, tuple[Path, P
         for output in expected:
             assert record["parity"][f"{output}_max_abs"] <= EXACT_ATOL, (variant, output)
     assert manifest.data["parity_gate"]["reference"] == f"transformers {architecture} (PyTorch, fp32)"
+    assert manifest.data["parity_gate"]["agreement_tie_probability"] == 0.01
     if row.has_mlm:
         assert manifest.data["parity_gate"]["masked_inputs"] > 0
         assert manifest.record(manifest.mlm_head.file)
@@ -135,6 +136,17 @@ def test_bert_model_export_has_no_invented_head(head_exports: dict[str, tuple[Pa
     assert vectors.shape == (2, 32)
     with pytest.raises(ValueError, match="this export has no NSP head; it was exported from BertModel"):
         model.nsp("a", "b")
+
+
+def test_walkthrough_names_what_an_encoder_export_has(
+    head_exports: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bertonnx.cli import main as cli_main
+
+    assert cli_main(["walkthrough", str(head_exports["encoder"][1])]) == 2
+    err = capsys.readouterr().err
+    assert "was exported from BertModel, which has pooler" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", ["sentiment", "multi-label", "cross-encoder", "regression", "ner", "qa", "nsp"])
