@@ -52,7 +52,7 @@ test-runtime-only: setup
 		'| onnxruntime', onnxruntime.__version__, '| numpy', numpy.__version__)"
 	$(PY) -m tests.write_tiny_export $(RUNTIME_WORK)/tiny
 	mkdir -p $(RUNTIME_WORK)/suite
-	cp -R tests README.md pyproject.toml $(RUNTIME_WORK)/suite/
+	cp -R tests README.md docs pyproject.toml $(RUNTIME_WORK)/suite/
 	cd $(RUNTIME_WORK)/suite && BERTONNX_TEST_INSTALLED=1 \
 		BERTONNX_TEST_TINY_EXPORT=$(abspath $(RUNTIME_WORK)/tiny/model) \
 		$(if $(wildcard $(MODEL_DIR)/bertonnx.json),BERTONNX_TEST_BERT_BASE_EXPORT=$(abspath $(MODEL_DIR))) \

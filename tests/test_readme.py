@@ -1,4 +1,5 @@
-"""Every README code block a user is meant to run is run here, as written, in a fresh shell.
+"""Every code block of the README and of the reference pages it links (``docs/*.md``) that a user is meant to
+run is run here, as written, in a fresh shell; every relative link of those pages must lead somewhere.
 
 Each fenced block in ``bash``, ``sh`` or ``python`` carries a marker on the line before it (blank lines
 between are allowed), an HTML comment that readers of the rendered page do not see::
@@ -51,6 +52,9 @@ from bertonnx.extras import EXTRA_MODULES, missing_modules
 from .conftest import ROOT
 
 README = ROOT / "README.md"
+#: The reference pages the README links: their blocks are held to the same rules as the README's.
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
 RUNNABLE = {"bash": "bash", "sh": "bash", "python": "python"}
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(?P<language>[\w+-]*)\s*$")
@@ -87,6 +91,7 @@ class Block:
     code: str
     section: str
     marker: str | None
+    page: str = "README.md"
     models: dict[str, str] = field(default_factory=dict)
     extras: list[str] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
@@ -102,7 +107,12 @@ class Block:
     @property
     def name(self) -> str:
         slug = re.sub(r"[^a-z0-9]+", "-", self.section.lower()).strip("-")
-        return f"line{self.line}-{slug}"
+        page = "" if self.page == "README.md" else Path(self.page).stem + "-"
+        return f"{page}line{self.line}-{slug}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
 
 def _parse_options(block: Block) -> None:
@@ -146,8 +156,9 @@ def _parse_options(block: Block) -> None:
         block.problems.append(f"server={block.server}: also name it in models= (the export the server loads)")
 
 
-def parse_readme(text: str) -> list[Block]:
-    """The fenced blocks of ``text`` with their markers (a marker applies to the next block only)."""
+def parse_readme(text: str, page: str = "README.md") -> list[Block]:
+    """The fenced blocks of ``text`` (the page ``page``) with their markers (a marker applies to the next block
+    only)."""
     blocks: list[Block] = []
     lines = text.splitlines()
     section, marker, i = "top", None, 0
@@ -160,7 +171,8 @@ def parse_readme(text: str) -> list[Block]:
             marker = found_marker["body"]
         elif fence:
             end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
-            block = Block(i + 1, fence["language"], "\n".join(lines[i + 1 : end]) + "\n", section, marker)
+            code = "\n".join(lines[i + 1 : end]) + "\n"
+            block = Block(i + 1, fence["language"], code, section, marker, page)
             if marker is not None:
                 _parse_options(block)
             blocks.append(block)
@@ -171,7 +183,16 @@ def parse_readme(text: str) -> list[Block]:
     return blocks
 
 
-BLOCKS = parse_readme(README.read_text(encoding="utf-8")) if README.is_file() else []
+def _page_name(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+BLOCKS = [
+    block
+    for path in PAGES
+    if path.is_file()
+    for block in parse_readme(path.read_text(encoding="utf-8"), _page_name(path))
+]
 RUN_BLOCKS = [b for b in BLOCKS if b.language in RUNNABLE and b.action == "run"]
 
 
@@ -190,7 +211,7 @@ def test_every_block_says_whether_it_runs() -> None:
     assert RUN_BLOCKS, "the README has no block that runs"
     problems = []
     for block in BLOCKS:
-        where = f"README.md line {block.line} ({block.section})"
+        where = f"{block.where} ({block.section})"
         if not block.language:
             problems.append(f"{where}: give the fence a language (bash, python, or text for a synopsis)")
         elif block.language in RUNNABLE and block.marker is None:
@@ -363,18 +384,18 @@ def _run_python(block: Block, workdir: Path, env: dict[str, str]) -> None:
         text=True,
         timeout=block.timeout,
     )
-    assert result.returncode == 0, f"README.md line {block.line}: the python block failed:\n{result.stderr}"
+    assert result.returncode == 0, f"{block.where}: the python block failed:\n{result.stderr}"
     checked = 0
     for statement in json.loads(results.read_text(encoding="utf-8")):
         shown = _shown_output(block.code, statement["end"])
         if statement["stdout"] and shown:
             assert statement["stdout"].rstrip("\n").splitlines() == shown, (
-                f"README.md line {block.line + statement['end']}: the block shows {shown}, "
+                f"{block.page} line {block.line + statement['end']}: the block shows {shown}, "
                 f"the code printed {statement['stdout']!r}"
             )
             checked += 1
     if any(line.lstrip().startswith("print(") for line in block.code.splitlines()):
-        assert checked, f"README.md line {block.line}: its prints show no output to check"
+        assert checked, f"{block.where}: its prints show no output to check"
 
 
 def _run_bash(block: Block, workdir: Path, env: dict[str, str]) -> None:
@@ -387,7 +408,7 @@ def _run_bash(block: Block, workdir: Path, env: dict[str, str]) -> None:
         timeout=block.timeout,
     )
     assert result.returncode == 0, (
-        f"README.md line {block.line}: the bash block exited {result.returncode}:\n"
+        f"{block.where}: the bash block exited {result.returncode}:\n"
         f"--- stdout (end)\n{result.stdout[-3000:]}\n--- stderr (end)\n{result.stderr[-3000:]}"
     )
 
@@ -408,7 +429,56 @@ def test_readme_block_runs(block: Block, request: pytest.FixtureRequest, tmp_pat
 @pytest.mark.torch_free
 def test_the_readme_names_no_issue_numbers() -> None:
     """Readers cannot see the project's issue tracker."""
-    assert not re.findall(r"(?i)\bissue\s*#?\d+", README.read_text(encoding="utf-8"))
+    for path in PAGES:
+        assert not re.findall(r"(?i)\bissue\s*#?\d+", path.read_text(encoding="utf-8")), _page_name(path)
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """GitHub's anchors for the headings of a markdown page (fenced blocks skipped; repeats get -1, -2 ...)."""
+    anchors: set[str] = set()
+    in_fence = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+        elif not in_fence and (heading := HEADING.match(line)):
+            slug = re.sub(r"[^\w\- ]", "", heading["title"].strip().lower()).replace(" ", "-")
+            anchor, n = slug, 0
+            while anchor in anchors:
+                n += 1
+                anchor = f"{slug}-{n}"
+            anchors.add(anchor)
+    return anchors
+
+
+def _broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """The relative links of the page at ``path`` whose file or heading does not exist."""
+    name = path.relative_to(root).as_posix()
+    broken = []
+    text = path.read_text(encoding="utf-8")
+    for match in LINK.finditer(text):
+        target = match["target"]
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, https:, mailto:
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(f"{name}: {target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text(encoding="utf-8")):
+            broken.append(f"{name}: {target}: no heading with that anchor")
+    return broken
+
+
+def test_every_reference_page_is_linked_and_every_link_leads_somewhere() -> None:
+    """Material moved out of the README stays reachable from it, and no link points at nothing (not torch_free:
+    the runtime-only suite copies the pages without the files they link)."""
+    readme = README.read_text(encoding="utf-8")
+    unlinked = [_page_name(page) for page in DOCS if f"]({_page_name(page)}" not in readme]
+    assert not unlinked, f"the README links none of {unlinked}"
+    broken = [problem for path in PAGES for problem in _broken_links(path)]
+    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.torch_free
@@ -446,3 +516,21 @@ def test_the_marker_parser_on_a_sample() -> None:
     assert (fourth.language, fourth.marker) == ("text", None)
     assert fifth.problems == ["unknown option 'colour=blue' in <!-- readme-test: run colour=blue -->"]
     assert _shown_output("print(1)\n# 1\n# 2\nx = 1\n# not output\n", 1) == ["1", "2"]
+    assert parse_readme(sample, "docs/page.md")[0].name == "page-line4-title"
+
+
+@pytest.mark.torch_free
+def test_the_link_checker_on_a_sample(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# A `code` title\n## Again\n## Again\n```text\n# not a heading\n```\n", encoding="utf-8")
+    assert _anchors(page.read_text(encoding="utf-8")) == {"a-code-title", "again", "again-1"}
+    (tmp_path / "other.md").write_text(
+        "[ok](page.md#again-1) [self](#x) [gone](missing.md) [web](https://example.org) [bad](page.md#not-a-heading)\n",
+        encoding="utf-8",
+    )
+    problems = [p.split(": ", 1)[1] for p in _broken_links(tmp_path / "other.md", tmp_path)]
+    assert problems == [
+        "#x: no heading with that anchor",
+        "missing.md: no such file",
+        "page.md#not-a-heading: no heading with that anchor",
+    ]
