@@ -44,6 +44,9 @@ METRICS = (
     "b1t128_embed_ms",
     "b1t128_nsp_ms",
     "b1t128_call_ms",
+    "b1t128_embed_overhead_ms",
+    "b1t128_nsp_overhead_ms",
+    "b1t128_call_overhead_ms",
 )
 #: Higher is better for these; lower for the rest (milliseconds).
 RATES = ("embed_texts_per_s", "nsp_pairs_per_s")
