@@ -138,14 +138,16 @@ def test_bert_model_export_has_no_invented_head(head_exports: dict[str, tuple[Pa
         model.nsp("a", "b")
 
 
-def test_walkthrough_names_what_an_encoder_export_has(
+def test_walkthrough_names_what_an_export_without_pooler_has(
     head_exports: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A token classifier has no pooler: one line naming its class and heads (an encoder without an NSP head is
+    walked through, its NSP step saying so: tests/test_heads_runtime.py)."""
     from bertonnx.cli import main as cli_main
 
-    assert cli_main(["walkthrough", str(head_exports["encoder"][1])]) == 2
+    assert cli_main(["walkthrough", str(head_exports["ner"][1])]) == 2
     err = capsys.readouterr().err
-    assert "was exported from BertModel, which has pooler" in err
+    assert "was exported from BertForTokenClassification, which has token_classifier" in err
     assert len(err.strip().splitlines()) == 1
 
 
