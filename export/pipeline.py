@@ -36,7 +36,7 @@ from . import gate
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, BertWithHeads, describe_io, export_graph
 from .source import DEFAULT_MODEL, Source, load_source
-from .variants import build_bf16, build_int8, build_optimized, externalize
+from .variants import build_bf16, build_int8, build_optimized, calibration_feeds, externalize
 
 ALL_VARIANTS = tuple(VARIANT_FILES)
 VERSIONED_PACKAGES = (
@@ -275,8 +275,9 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         records["optimized"]["fusions"] = fusions
         log(f"[export] fusions: {fusions}")
     if "int8" in records:
-        with _step(log, "quantize (dynamic int8, per-channel)"):
-            records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"])
+        with _step(log, "quantize (per-row int8)"):
+            calibration = calibration_feeds(staging / TOKENIZER_FILE, config.max_position_embeddings)
+            records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"], calibration)
 
     if "bf16" in records:
         with _step(log, "convert to OpenVINO IR (bf16 variant)"):
@@ -292,7 +293,8 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         reference = gate.reference_outputs(BertWithHeads(source.model).eval(), cases)
         failures: list[str] = []
         for variant, record in records.items():
-            figures = gate.compare(cases, reference, gate.variant_outputs(staging / record["file"], variant, cases))
+            outputs = gate.variant_outputs(staging / record["file"], variant, cases)
+            figures = {**gate.compare(cases, reference, outputs), **gate.padded_batch_figures(cases, outputs)}
             problems = gate.breaches(variant, figures)
             record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
             failures += problems
