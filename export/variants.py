@@ -294,8 +294,8 @@ def per_row_int8(
             terms.append(f"{out}_part_{first}")
         if shift is not None:  # (x + shift) W - shift W = x W, with W as quantized
             correction = -(shift @ dequantized).astype(np.float32)
-            graph.initializer.append(numpy_helper.from_array(correction, f"{name}_int8_shift"))
-            terms.append(f"{name}_int8_shift")
+            graph.initializer.append(numpy_helper.from_array(correction, f"{name}_int8_correction"))
+            terms.append(f"{name}_int8_correction")
         if len(terms) == 1:
             rewritten[-1].output[0] = out
         else:

@@ -65,9 +65,9 @@ def test_gelu_rows_are_shifted_and_the_shift_cancels(tiny_export: Path) -> None:
     model = onnx.load(str(tiny_export / "model.onnx"))
     calibration = calibration_feeds(tiny_export / "tokenizer.json", 512)
     count = per_row_int8(model, calibration)
-    shifts = [i for i in model.graph.initializer if i.name.endswith("_int8_shift")]
+    corrections = [i for i in model.graph.initializer if i.name.endswith("_int8_correction")]
     assert count == 2 * 6  # 2 layers x (q, k, v, attention out, FFN in, FFN out); pooler and NSP are Gemm, fp32
-    assert len(shifts) == 2  # one FFN output projection per layer
+    assert len(corrections) == 2  # one per FFN output projection (GELU input), one per layer
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     fp32 = ort.InferenceSession(str(tiny_export / "model.onnx"), providers=["CPUExecutionProvider"])
     feed = calibration[5]
