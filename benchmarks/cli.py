@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bertonnx.command import ArgumentParser, Command, run_command
+from bertonnx.exit_codes import EXIT_INCORRECT, EXIT_OK, EXIT_USAGE
 from bertonnx.files import check_output_dir, check_output_file
 
 from .coldstart import probe_bertonnx, probe_torch, thread_env
@@ -62,9 +63,7 @@ from .worker import progress
 if TYPE_CHECKING:
     from bertonnx.manifest import Manifest
 
-EXIT_OK = 0
-EXIT_ERROR = 2
-EXIT_INCORRECT = 3
+EXIT_ERROR = EXIT_USAGE
 ROOT = Path(__file__).resolve().parents[1]
 #: Relative to the current directory (never inside the installed package).
 DEFAULT_OUT = Path("bertonnx-bench")

@@ -392,14 +392,16 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _session(path: Path, recipe: str, threads: int) -> Any:
-    """An onnxruntime session, or for ``ov-`` recipes the runtime's OpenVINO session with their settings."""
+    """The runtime's own onnxruntime session (:func:`bertonnx.session.build_session`, the settings ``BertOnnx``
+    runs with), or for ``ov-`` recipes a compiled OpenVINO model with the recipe's settings."""
     if recipe.startswith("ov-"):
         import openvino
 
         return _OpenVinoRunner(openvino.Core().compile_model(str(path), "CPU", ov_config(recipe, threads)))
-    import onnxruntime as ort
+    from bertonnx.options import RuntimeOptions
+    from bertonnx.session import build_session
 
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return build_session(path, RuntimeOptions(threads=threads))
 
 
 class _OpenVinoRunner:
@@ -417,6 +419,8 @@ def accuracy(
     path: Path, feeds: list[dict[str, np.ndarray]], reference: list[dict[str, np.ndarray]], recipe: str = ""
 ) -> dict[str, float]:
     """Worst cosines vs PyTorch (hidden states per token, pooler, mean-pooled), NSP agreement and prob diff."""
+    from bertonnx.tasks import is_next_probability
+
     session = _session(path, recipe, threads=2)
     hidden, pooler, mean, agree, prob = [], [], [], 0, 0.0
     for feed, ref in zip(feeds, reference, strict=True):
@@ -425,9 +429,7 @@ def accuracy(
         pooler.append(_cosines(pooled[0], ref["pooler_output"][0]))
         mean.append(_cosines(lhs[0].mean(0), ref["last_hidden_state"][0].mean(0)))
         agree += int(np.argmax(nsp) == np.argmax(ref["nsp_logits"]))
-        p = [
-            np.exp(z[0, 0]) / np.exp(z[0]).sum() for z in (nsp.astype(np.float64), ref["nsp_logits"].astype(np.float64))
-        ]
+        p = [float(is_next_probability(z)[0]) for z in (nsp, ref["nsp_logits"])]
         prob = max(prob, abs(p[0] - p[1]))
     return {
         "hidden_min_cos": float(min(hidden)),
@@ -438,12 +440,15 @@ def accuracy(
     }
 
 
+# The runtime's session builder, so the recipes are timed with the settings BertOnnx runs them with.
 _LATENCY_SCRIPT = """
-import json, sys, time, numpy as np, onnxruntime as ort
+import json, sys, time, numpy as np
+from pathlib import Path
+from bertonnx.options import RuntimeOptions
+from bertonnx.session import build_session
 path, seconds = sys.argv[1], float(sys.argv[5])
 threads, b, t, warmup = (int(v) for v in (sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6]))
-so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
-s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+s = build_session(Path(path), RuntimeOptions(threads=threads))
 rng = np.random.default_rng(0)
 f = {"input_ids": rng.integers(1000, 30000, (b, t)), "attention_mask": np.ones((b, t), np.int64),
      "token_type_ids": np.zeros((b, t), np.int64)}
@@ -496,10 +501,17 @@ def _reference(
     manifest = read_manifest(directory)
     weights = manifest.weights
     if weights["kind"] == "random":
-        source = load_source(manifest.data["source"]["model"], weights="random", seed=weights["seed"])
+        source = load_source(
+            manifest.data["source"]["model"], weights="random", seed=weights["seed"], task=manifest.architecture
+        )
     else:
         model = checkpoint or manifest.data["source"]["model"]
-        source = load_source(model, allow_random_heads=bool(weights["random_heads"]), seed=weights["seed"] or 0)
+        source = load_source(
+            model,
+            allow_random_heads=bool(weights["random_heads"]),
+            seed=weights["seed"] or 0,
+            task=manifest.architecture,
+        )
     module = BertWithHeads(source.model).eval()
     with torch.inference_mode():
         return [

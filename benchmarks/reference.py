@@ -38,10 +38,14 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     seed = int(weights.get("seed") or 0)
     try:
         if weights.get("kind") == "random":
-            source = load_source(model_id, weights="random", seed=seed)
+            source = load_source(model_id, weights="random", seed=seed, task=manifest.architecture)
         else:
             source = load_source(
-                model_id, weights="pretrained", seed=seed, allow_random_heads=bool(weights.get("random_heads"))
+                model_id,
+                weights="pretrained",
+                seed=seed,
+                allow_random_heads=bool(weights.get("random_heads")),
+                task=manifest.architecture,
             )
     except ExportError as exc:
         raise ValueError(

@@ -69,7 +69,7 @@ def peer_checkpoint(manifest: Any, target: Path) -> Path:
     from .reference import load_reference
 
     _, source = load_reference(manifest, None)
-    source.model.bert.save_pretrained(target)
+    getattr(source.model, "bert", source.model).save_pretrained(target)  # a BertModel export is the base model
     for name in TOKENIZER_FILES:
         if (manifest.directory / name).exists():
             shutil.copy2(manifest.directory / name, target / name)

@@ -37,10 +37,8 @@ __all__ = [
     "plan_batches",
 ]
 
-#: Padded tokens (longest input × count) per ``session.run``. Measured on a 2-core AVX2 EPYC (real MiniLM
-#: weights, fp32, 4,000 mixed-length texts, mean pooling, alternating rounds on a quiet machine): 2,048 gave
-#: 92 texts/s against 84 at 4,096, 81 at 8,192 and 65–71 at TEI's 16,384; a run's activations then stay
-#: near the caches (a 16,384-token batch's FFN activations alone are 100–200 MB).
+#: Padded tokens (longest input × count) per ``session.run``: small enough that a run's activations stay
+#: near the caches, which on CPU beats TEI's GPU-sized 16,384 (benchmarks/DEFAULTS.md, "Token budget").
 DEFAULT_MAX_BATCH_TOKENS = 2048
 #: Inputs per ``session.run`` at most, however short they are.
 DEFAULT_MAX_BATCH_SIZE = 256

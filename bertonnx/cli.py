@@ -1,11 +1,12 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, walkthrough (torch-free), export, parity, bench,
-bench-serve, serve, batch.
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
+walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
-:func:`bertonnx.command.run_command`: options may come anywhere, and every expected failure is one line
-on stderr with exit code 2 (``--debug`` adds the traceback). ``export``, ``parity`` and ``bench`` live in
-the extras' packages and are imported only when asked for, so every other command runs with torch,
-transformers and optimum absent. A new command is one more entry in :data:`COMMANDS`.
+:func:`bertonnx.command.run_command`: options may come anywhere, every command takes ``--debug``, and every
+expected failure is one line on stderr with exit code 2 (``--debug`` adds the traceback). ``export``,
+``parity`` and ``bench`` live in the extras' packages, ``serve`` and ``batch`` in subpackages that need their
+extras to run; all are imported only when asked for, so every other command runs with torch, transformers,
+optimum, FastAPI and pyarrow absent. A new command is one more entry in :data:`COMMANDS`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .command import EXIT_OK, ArgumentParser, Command, CommandError, Delegate, dispatch
-from .errors import RandomWeightsWarning
+from .command import ArgumentParser, Command, CommandError, describe_error, dispatch, positive_int
+from .errors import InputTooLongError, RandomWeightsWarning
+from .exit_codes import EXIT_OK
 from .files import STDIN, blank_lines, check_output_file, read_lines, write_atomic
 from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
 from .manifest import VARIANT_FILES, read_manifest
@@ -30,7 +32,11 @@ from .version import __version__
 __all__ = ["COMMANDS", "main"]
 
 MODULE_PAIR = ("the weather is nice", "i agree with you")
-DESCRIPTION = "Run BERT (encoder, pooler, NSP head) on onnxruntime, without PyTorch."
+#: The module-01 check of the masked-language-model head.
+MODULE_MASKED = "the capital of france is [MASK]."
+DESCRIPTION = (
+    "Run BERT and its fine-tuned heads (classifiers, rerankers, fill-mask, NSP) on onnxruntime, without PyTorch."
+)
 _RULE = "=" * 72
 
 
@@ -63,21 +69,6 @@ def _fmt(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def _command_line_terms(message: str) -> str:
-    """A runtime error message with the Python keywords it names spelled as this command's options."""
-    return message.replace("truncation=True", "--truncation")
-
-
 def _add_json(parser: ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -90,9 +81,7 @@ def _add_model_args(parser: ArgumentParser) -> None:
         choices=list(VARIANT_FILES),
         help=f"{', '.join(VARIANT_FILES)} (default {DEFAULT_VARIANT}; bf16 needs OpenVINO)",
     )
-    parser.add_argument(
-        "--threads", type=_positive_int, default=None, help="intra-op threads (default: physical cores)"
-    )
+    parser.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: physical cores)")
     _add_json(parser)
 
 
@@ -102,6 +91,16 @@ def _add_model_args(parser: ArgumentParser) -> None:
 def _inspect_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
     _add_json(parser)
+
+
+#: Parameter counts an export may hold beside the base model (``bertonnx.info.count_parameters``).
+_PART_LABELS = {
+    "pooler": "pooler",
+    "nsp_head": "NSP head",
+    "classifier_head": "classifier",
+    "token_classifier_head": "token classifier",
+    "qa_head": "QA head",
+}
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -121,8 +120,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"parameters        (counted from {facts['parameters']['counted_from']})",
         f"  BertModel       {_fmt(p['bert_model'])}",
         f"  token embedding {_fmt(p['token_embeddings'])}",
-        f"  pooler          {_fmt(p['pooler'])}",
-        f"  NSP head        {_fmt(p['nsp_head'])}",
+        *(f"  {label:<15} {_fmt(p[key])}" for key, label in _PART_LABELS.items() if key in p),
         f"  graph total     {_fmt(p['exported_total'])}",
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),
@@ -150,15 +148,12 @@ def _tokenize_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("text", metavar="TEXT")
     parser.add_argument("pair", metavar="PAIR", nargs="?")
     parser.add_argument("--truncation", action="store_true", help="cut to --max-length instead of refusing")
-    parser.add_argument("--max-length", type=_positive_int, default=512, help="token limit (default 512)")
+    parser.add_argument("--max-length", type=positive_int, default=512, help="token limit (default 512)")
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
     model = _load(args)
-    try:
-        out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
     payload = {"tokens": out.tokens, "ids": out.ids, "type_ids": out.type_ids, "attention_mask": out.attention_mask}
     _emit(args, payload, "\n".join(f"{k:<15}{v}" for k, v in payload.items()))
     return EXIT_OK
@@ -173,10 +168,7 @@ def _nsp_arguments(parser: ArgumentParser) -> None:
 
 def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
-    try:
-        probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
     payload = {
         "text_a": args.text_a,
         "text_b": args.text_b,
@@ -212,7 +204,7 @@ def _embed_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="default pooler")
     parser.add_argument("--normalize", action="store_true", help="unit-length vectors")
-    parser.add_argument("--batch-size", type=_positive_int, default=DEFAULT_BATCH_SIZE)
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument("--truncation", action="store_true", help="cut long texts instead of refusing")
 
 
@@ -238,9 +230,11 @@ def cmd_embed(args: argparse.Namespace) -> int:
         vectors = model.embed(
             texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
         )
-    except ValueError as exc:
-        where = f" (input i is line i + 1 of {'standard input' if args.input == STDIN else args.input})"
-        raise CommandError(_command_line_terms(str(exc)) + (where if args.input else "")) from exc
+    except InputTooLongError as exc:
+        if args.input is None:
+            raise
+        where = "standard input" if args.input == STDIN else args.input
+        raise CommandError(f"{describe_error(exc)} (input {exc.index} is line {exc.index + 1} of {where})") from exc
     about = {
         "directory": str(model.manifest.directory),
         "variant": model.variant,
@@ -271,6 +265,118 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- classify, rerank, fill-mask: the checkpoint's own heads --------------------------------------------
+
+TEXTS_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input; blank lines are
+empty texts, so row i of the output belongs to line i). Output: one line per input, or JSON with --json.
+An export without the head the command needs is refused in one line naming what the export has."""
+
+
+def _texts_arguments(parser: ArgumentParser, *, top_k: int | None) -> None:
+    _add_model_args(parser)
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="inputs (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument("--truncation", action="store_true", help="cut long inputs instead of refusing")
+    if top_k is not None:
+        parser.add_argument("--top-k", type=positive_int, default=top_k, help=f"answers per input (default {top_k})")
+
+
+def _classify_arguments(parser: ArgumentParser) -> None:
+    _texts_arguments(parser, top_k=1)
+    parser.add_argument(
+        "--pair",
+        metavar="PAIR",
+        action="append",
+        help="second sentence of a pair (segment 1); repeat it once per TEXT, in order",
+    )
+    parser.add_argument("--all-labels", action="store_true", help="every label's score (overrides --top-k)")
+
+
+def _head_call(args: argparse.Namespace, call: Any) -> Any:
+    """Run a model call; its input errors become one line in this command's terms."""
+    try:
+        return call()
+    except ValueError as exc:
+        raise CommandError(describe_error(exc)) from exc
+
+
+def _banner_to_stderr(args: argparse.Namespace, model: BertOnnx) -> None:
+    if model.manifest.random_weights and not args.json:
+        print(_random_banner(True, model.manifest.weights).rstrip("\n"), file=sys.stderr)
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    pairs = args.pair
+    if pairs is not None and len(pairs) != len(texts):
+        raise CommandError(f"{len(texts)} texts but {len(pairs)} --pair values; give one --pair per text, in order")
+    model = _load(args)
+    top_k = None if args.all_labels else args.top_k
+    predictions = _head_call(args, lambda: model.classify(texts, pairs, top_k=top_k, truncation=args.truncation))
+    _banner_to_stderr(args, model)
+    payload = {
+        "architecture": model.manifest.architecture,
+        "problem_type": model.manifest.problem_type,
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "inputs": [{"text": t, **({"pair": pairs[i]} if pairs else {})} for i, t in enumerate(texts)],
+        "predictions": predictions,
+    }
+    lines = []
+    for text, ranked in zip(texts, predictions, strict=True):
+        scores = "  ".join(f"{p['label']} {p['score']:.4f}" for p in ranked)
+        lines.append(f"{scores}\t{text}")
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def _rerank_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("query", metavar="QUERY")
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to rank (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument("--truncation", action="store_true", help="cut long (query, text) pairs instead of refusing")
+    parser.add_argument("--raw-scores", action="store_true", help="the cross-encoder's logit instead of its sigmoid")
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    model = _load(args)
+    ranked = _head_call(
+        args, lambda: model.rerank(args.query, texts, truncation=args.truncation, raw_scores=args.raw_scores)
+    )
+    _banner_to_stderr(args, model)
+    payload = {
+        "query": args.query,
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "results": [{**r, "text": texts[r["index"]]} for r in ranked],
+    }
+    lines = [f"{r['score']:.4f}\t{r['index']}\t{texts[r['index']]}" for r in ranked]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_fill_mask(args: argparse.Namespace) -> int:
+    texts = _embed_texts(args)
+    model = _load(args)
+    fills = _head_call(args, lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation))
+    _banner_to_stderr(args, model)
+    payload = {
+        "variant": model.variant,
+        "random_weights": model.manifest.random_weights,
+        "results": [{"text": t, "masks": masks} for t, masks in zip(texts, fills, strict=True)],
+    }
+    lines = []
+    for text, masks in zip(texts, fills, strict=True):
+        lines.append(text)
+        for number, candidates in enumerate(masks, 1):
+            lines += [f"  [MASK] {number}: {c['score']:<9.4g} {c['token_str']:<14} {c['sequence']}" for c in candidates]
+    _emit(args, payload, "\n".join(lines))
+    return EXIT_OK
+
+
 # -- walkthrough -------------------------------------------------------------------------------------
 
 
@@ -283,8 +389,10 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
     out = model([text_a], [text_b])
     assert out.last_hidden_state is not None  # hidden_states=True is the default
     states = out.token_states(0)
-    cosine = mean_pooler_cosine(states, tokens.tokens, out.pooler_output[0])
-    probability = float(out.nsp_probability[0])
+    has_pooler = out.pooler_output.shape[1] > 0
+    cosine = mean_pooler_cosine(states, tokens.tokens, out.pooler_output[0]) if has_pooler else None
+    probability = float(out.nsp_probability[0]) if "nsp" in model.tasks else None
+    fills = model.fill_mask(MODULE_MASKED) if "fill_mask" in model.tasks else None
     c, p = facts["config"], facts["parameters"]["counts"]
     payload = {
         "config": c,
@@ -297,9 +405,20 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
         "pooler_output_shape": list(out.pooler_output.shape),
         "mean_tokens_vs_pooler_cosine": cosine,
         "nsp_is_next_probability": probability,
+        "fill_mask": {"text": MODULE_MASKED, "predictions": fills[0]} if fills else None,
+        "architecture": manifest.architecture,
+        "tasks": list(model.tasks),
         "variant": model.variant,
         "random_weights": manifest.random_weights,
     }
+    heads = ", ".join(f"{_fmt(p[key])} {_PART_LABELS[key]}" for key in _PART_LABELS if key in p)
+    random_label = " (RANDOM weights: not a trained model's answer)" if manifest.random_weights else ""
+    fill_lines = (
+        [f'7. fill-mask "{MODULE_MASKED}"{random_label}']
+        + [f"   {fill['score']:<9.4g} {fill['token_str']:<12} {fill['sequence']}" for fill in fills[0]]
+        if fills
+        else [f"7. fill-mask: this export has no MLM head ({manifest.architecture})"]
+    )
     text = "\n".join(
         [
             _random_banner(manifest.random_weights, manifest.weights)
@@ -308,26 +427,31 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
             f"{c['intermediate_size']} ffn, {c['vocab_size']} vocab, {c['max_position_embeddings']} positions, "
             f"{c['type_vocab_size']} segment types",
             f"2. parameters ({facts['parameters']['counted_from']}): BertModel {_fmt(p['bert_model'])}, "
-            f"token embeddings {_fmt(p['token_embeddings'])}, pooler {_fmt(p['pooler'])}, "
-            f"NSP head {_fmt(p['nsp_head'])}",
+            f"token embeddings {_fmt(p['token_embeddings'])}" + (f", {heads}" if heads else ""),
             f'3. pair "{text_a}" / "{text_b}"',
             f"   tokens         {' '.join(tokens.tokens)}",
             f"   token_type_ids {' '.join(map(str, tokens.type_ids))}",
             f"4. last_hidden_state {tuple(payload['last_hidden_state_shape'])}, "
             f"pooler_output {out.pooler_output.shape}",
-            f"5. cosine(mean of non-special token vectors, pooler_output) = {cosine:.4f}",
-            f"6. NSP: P(B follows A) = {probability:.4f}",
+            f"5. cosine(mean of non-special token vectors, pooler_output) = {cosine:.4f}"
+            if cosine is not None
+            else f"5. pooler: this export has no pooler ({manifest.architecture})",
+            f"6. NSP: P(B follows A) = {probability:.4f}"
+            if probability is not None
+            else f"6. NSP: this export has no NSP head ({manifest.architecture})",
+            *fill_lines,
         ]
     )
     _emit(args, payload, text)
     return EXIT_OK
 
 
-#: Every command, by name. Entries given as ``"module:ATTRIBUTE"`` are imported only when used (or for
-#: ``bertonnx --help``); those modules must import without their extra, so ``--help`` and the
-#: missing-extra message work on a runtime-only install. A :class:`Delegate` parses its own arguments
-#: after its extra is checked.
-COMMANDS: dict[str, Command | Delegate | str] = {
+#: Every command, by name, in ``bertonnx --help`` order. Adding one is one entry: a :class:`Command` (its
+#: name, summary, ``add_arguments(parser)``, ``run(args) -> int``), or ``"module:ATTRIBUTE"`` naming one
+#: whose module is imported only when used (or for ``bertonnx --help``); such a module must import without
+#: its extra (``Command.extra``, checked after parsing), so ``--help`` and the missing-extra message work on a
+#: runtime-only install.
+COMMANDS: dict[str, Command | str] = {
     "inspect": Command(
         "inspect",
         "config numbers, parameter counts (from the ONNX initializers), outputs, variants, provenance",
@@ -345,27 +469,38 @@ COMMANDS: dict[str, Command | Delegate | str] = {
         cmd_embed,
         epilog=EMBED_EPILOG,
     ),
+    "classify": Command(
+        "classify",
+        "labels of each TEXT (or --pair) by the checkpoint's classifier",
+        _classify_arguments,
+        cmd_classify,
+        epilog=TEXTS_EPILOG,
+    ),
+    "rerank": Command(
+        "rerank",
+        "rank TEXTs by relevance to QUERY with a cross-encoder",
+        _rerank_arguments,
+        cmd_rerank,
+        epilog=TEXTS_EPILOG,
+    ),
+    "fill-mask": Command(
+        "fill-mask",
+        "the MLM head's top tokens for each [MASK] of each TEXT",
+        lambda parser: _texts_arguments(parser, top_k=5),
+        cmd_fill_mask,
+        epilog=TEXTS_EPILOG,
+    ),
     "walkthrough": Command(
         "walkthrough", "the whole module in one run on the model directory", _add_model_args, cmd_walkthrough
     ),
+    "tag": "bertonnx.cli_spans:TAG_COMMAND",
+    "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",
     "bench-serve": "bertonnx_benchmarks.serve.cli:BENCH_SERVE_COMMAND",
-    # the server's parser lives beside the server, which needs the serve extra to import
-    "serve": Delegate(
-        "serve",
-        "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (--ray: as Ray Serve replicas)",
-        "bertonnx.serve.cli",
-        extra="serve",
-    ),
-    # the corpus job's parser lives beside its readers and writers, which need the batch extra to import
-    "batch": Delegate(
-        "batch",
-        "embed or score a corpus file into Parquet, locally or on Ray (--ray)",
-        "bertonnx.corpus.cli",
-        extra="batch",
-    ),
+    "serve": "bertonnx.serve.cli:SERVE_COMMAND",
+    "batch": "bertonnx.corpus.cli:BATCH_COMMAND",
 }
 
 

@@ -1,7 +1,8 @@
 """How every command runs: its own parser, options anywhere, and one line per expected failure.
 
-Each command (the ``bertonnx`` subcommands and the extras' entry points ``python -m bertonnx_export`` and
-``python -m bertonnx_benchmarks``) is a :class:`Command` run by :func:`run_command`, which
+Each command (the ``bertonnx`` subcommands, ``serve`` and ``batch`` included, and the extras' entry points
+``python -m bertonnx_export`` and ``python -m bertonnx_benchmarks``) is a :class:`Command` run by
+:func:`run_command`, which
 
 - parses with ``parse_intermixed_args``, so options may come before, between or after the positional
   arguments, as users type them (``bertonnx embed DIR --pooling mean "some text"``). argparse cannot do
@@ -12,10 +13,12 @@ Each command (the ``bertonnx`` subcommands and the extras' entry points ``python
 - turns every expected failure into one line on stderr naming the problem and the fix, with exit code 2
   (or the :class:`CommandError`'s own code): bad option values, bad files and directories, missing
   extras, bad input values. ``--debug`` adds the traceback. An unexpected exception is a bug: one line
-  saying so, exit 70, and the traceback with ``--debug``.
+  saying so, exit 70, and the traceback with ``--debug``. The core's typed errors get their command-line
+  wording in :func:`describe_error`; the exit codes are :mod:`bertonnx.exit_codes`.
 
 Adding a command: write ``add_arguments(parser)`` and ``run(args) -> int``, wrap them in a
-:class:`Command`, and list it (or its ``"module:ATTRIBUTE"``) in :data:`bertonnx.cli.COMMANDS`.
+:class:`Command`, and list it (or its ``"module:ATTRIBUTE"``, for a command whose module needs an extra to
+run: that module must import without it, so ``--help`` always works) in :data:`bertonnx.cli.COMMANDS`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+from .errors import InputTooLongError, VariantMissingError
+from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
 
 __all__ = [
@@ -40,20 +45,14 @@ __all__ = [
     "ArgumentParser",
     "Command",
     "CommandError",
-    "Delegate",
+    "describe_error",
     "dispatch",
+    "optional_address_argv",
+    "port_number",
+    "positive_int",
     "run_command",
-    "run_delegate",
 ]
 
-EXIT_OK = 0
-#: Bad usage or a failure the user can fix (a bad option, file, directory, input, or a missing extra).
-EXIT_USAGE = 2
-#: An unexpected exception: a bug (sysexits' EX_SOFTWARE).
-EXIT_INTERNAL = 70
-EXIT_INTERRUPTED = 130
-#: Shells report a process killed by SIGPIPE as 128 + 13; a closed stdout ends a command the same way.
-EXIT_BROKEN_PIPE = 141
 DEBUG_OPTION = "--debug"
 
 
@@ -71,10 +70,56 @@ class CommandError(Exception):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2)."""
+    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2), and
+    which names a mistyped option first (``--ouput``: did you mean ``--output``?), before any missing one."""
 
     def error(self, message: str) -> NoReturn:
         raise CommandError(f"{message}; see `{self.prog} --help`")
+
+    def parse_intermixed_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        words = list(sys.argv[1:] if args is None else args)
+        known = [flag for action in self._actions for flag in action.option_strings]
+        for word in _options_part(words):
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--") or flag == "--" or any(name.startswith(flag) for name in known):
+                continue  # a known option or a prefix argparse resolves (or refuses as ambiguous)
+            close = difflib.get_close_matches(flag, known, n=1)
+            self.error(f"unrecognized arguments: {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+        return super().parse_intermixed_args(words, namespace)
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """An argparse ``type``: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value}")
+    return value
+
+
+def optional_address_argv(argv: Sequence[str], flag: str = "--ray") -> list[str]:
+    """``argv`` with ``flag`` (an option whose ADDRESS is optional) given its value only when the next word
+    looks like an address (``auto`` or with a ``:``), so ``--ray DIR`` keeps DIR positional."""
+    out = []
+    for i, word in enumerate(argv):
+        following = argv[i + 1] if i + 1 < len(argv) else ""
+        out.append(f"{flag}=" if word == flag and not (following == "auto" or ":" in following) else word)
+    return out
 
 
 @dataclass(frozen=True)
@@ -89,6 +134,7 @@ class Command:
         extra: the ``bertonnx`` extra the command needs (checked after parsing, so ``--help`` always works).
         description: the ``--help`` text above the options (default: ``summary``).
         epilog: the ``--help`` text below the options.
+        rewrite_argv: applied to the arguments before parsing (e.g. :func:`optional_address_argv`).
     """
 
     name: str
@@ -98,6 +144,7 @@ class Command:
     extra: str | None = None
     description: str | None = None
     epilog: str | None = None
+    rewrite_argv: Callable[[Sequence[str]], list[str]] | None = None
 
     def parser(self, prog: str | None = None) -> ArgumentParser:
         """The command's parser, with ``--debug``."""
@@ -112,32 +159,28 @@ class Command:
         return parser
 
 
-@dataclass(frozen=True)
-class Delegate:
-    """A command that parses its own arguments: ``module.main(argv)``, run after its extra is checked
-    and with the same one-line errors (for a command whose parser needs its extra to be built).
-
-    Attributes:
-        name: the word after ``bertonnx``.
-        summary: one line for ``bertonnx --help``.
-        module: the module whose ``main(argv) -> int`` runs the command.
-        extra: the ``bertonnx`` extra the module needs (checked before it is imported).
-    """
-
-    name: str
-    summary: str
-    module: str
-    extra: str | None = None
-
-
 def _options_part(argv: Sequence[str]) -> list[str]:
     """The arguments before a ``--`` (after it, everything is positional)."""
     argv = list(argv)
     return argv[: argv.index("--")] if "--" in argv else argv
 
 
-def _describe(exc: BaseException) -> str:
-    """One line naming the problem (and the fix, where the exception does not already)."""
+def describe_error(exc: BaseException) -> str:
+    """One line naming the problem and the fix, in the command line's terms.
+
+    This is the one place where the core's typed errors (:mod:`bertonnx.errors`) get their command-line
+    wording: their attributes, with the option that fixes them.
+    """
+    if isinstance(exc, InputTooLongError):
+        return (
+            f"input {exc.index} has {exc.length} tokens, more than the limit of {exc.max_length}; pass --truncation "
+            "to cut it, or split the text"
+        )
+    if isinstance(exc, VariantMissingError):
+        return (
+            f"{exc.directory} has no {exc.variant!r} variant; it holds {', '.join(exc.available)}. Pick one with "
+            f"--variant, or re-export with `bertonnx export ... --variants {exc.variant}`"
+        )
     if isinstance(exc, ModuleNotFoundError) and exc.name:
         extra = extra_of_module(exc.name)
         if extra is not None:
@@ -178,7 +221,7 @@ def _guarded(prog: str, debug: bool, work: Callable[[], int]) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except (ValueError, TypeError, OSError, ImportError) as exc:  # ModelDirectoryError is a ValueError
-        _report(prog, _describe(exc), exc, debug)
+        _report(prog, describe_error(exc), exc, debug)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the last resort: a bug, said in one line
         message = (
@@ -199,8 +242,9 @@ def run_command(command: Command, argv: Sequence[str] | None = None, prog: str |
     name = prog or f"bertonnx {command.name}"
 
     def work() -> int:
+        words = command.rewrite_argv(argv) if command.rewrite_argv else argv
         try:
-            args = command.parser(name).parse_intermixed_args(argv)
+            args = command.parser(name).parse_intermixed_args(words)
         except SystemExit as exc:  # --help printed the usage
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if command.extra is not None:
@@ -208,21 +252,6 @@ def run_command(command: Command, argv: Sequence[str] | None = None, prog: str |
         return int(command.run(args))
 
     return _guarded(name, DEBUG_OPTION in _options_part(argv), work)
-
-
-def run_delegate(delegate: Delegate, argv: Sequence[str], prog: str) -> int:
-    """Check ``delegate``'s extra, then run its module's ``main(argv)`` with one-line errors."""
-
-    def work() -> int:
-        if delegate.extra is not None:
-            require_extra(delegate.extra, f"`{prog}`")
-        main = importlib.import_module(delegate.module).main
-        try:
-            return int(main(list(argv)))
-        except SystemExit as exc:  # its parser printed --help or a usage error
-            return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-
-    return _guarded(prog, DEBUG_OPTION in _options_part(argv), work)
 
 
 def _load(entry: Command | str) -> Command:
@@ -236,17 +265,15 @@ def _load(entry: Command | str) -> Command:
     return command
 
 
-def _summary(entry: Command | Delegate | str) -> str:
-    if isinstance(entry, Delegate):
-        return entry.summary + (f" (needs the {entry.extra} extra)" if entry.extra else "")
+def _summary(entry: Command | str) -> str:
     try:
         command = _load(entry)
     except Exception as exc:  # noqa: BLE001 - one broken command must not hide the others
-        return f"(cannot be loaded: {_describe(exc)})"
+        return f"(cannot be loaded: {describe_error(exc)})"
     return command.summary + (f" (needs the {command.extra} extra)" if command.extra else "")
 
 
-def _overview(prog: str, description: str, commands: Mapping[str, Command | Delegate | str]) -> str:
+def _overview(prog: str, description: str, commands: Mapping[str, Command | str]) -> str:
     width = max(len(name) for name in commands)
     lines = [
         f"usage: {prog} COMMAND [ARGUMENTS AND OPTIONS, IN ANY ORDER]",
@@ -258,13 +285,14 @@ def _overview(prog: str, description: str, commands: Mapping[str, Command | Dele
         "",
         f"`{prog} COMMAND --help` shows a command's arguments. Every command takes {DEBUG_OPTION} (print the",
         "traceback of an error). Exit codes: 0 ok, 2 bad usage or input (one line on stderr names the",
-        "problem and the fix), 70 a bug; export, parity and bench add their own (see their --help).",
+        "problem and the fix), 70 a bug, 130 interrupted; export, parity, bench and serve add their own",
+        "(bertonnx.exit_codes lists them all).",
     ]
     return "\n".join(lines)
 
 
 def dispatch(
-    commands: Mapping[str, Command | Delegate | str],
+    commands: Mapping[str, Command | str],
     argv: Sequence[str] | None = None,
     *,
     prog: str,
@@ -297,11 +325,9 @@ def dispatch(
         return EXIT_USAGE
     rest = argv[:position] + argv[position + 1 :]
     entry = commands[name]
-    if isinstance(entry, Delegate):
-        return run_delegate(entry, rest, f"{prog} {name}")
     try:
         command = _load(entry)
     except Exception as exc:  # noqa: BLE001 - a command module that fails to import, in one line
-        _report(f"{prog} {name}", _describe(exc), exc, DEBUG_OPTION in _options_part(rest))
+        _report(f"{prog} {name}", describe_error(exc), exc, DEBUG_OPTION in _options_part(rest))
         return EXIT_USAGE
     return run_command(command, rest, prog=f"{prog} {name}")

@@ -2,17 +2,95 @@
 
 Bad values raise ``ValueError`` and wrong types ``TypeError``, each naming what was expected. A model
 directory that is missing, incomplete or corrupt raises :class:`ModelDirectoryError`, a ``ValueError``
-subclass so callers that already catch ``ValueError`` keep working. Loading an export whose weights are
-(partly) random warns with :class:`RandomWeightsWarning`.
+subclass so callers that already catch ``ValueError`` keep working. Asking a task of an export that lacks
+its head (NSP of a ``BertModel`` export ...) raises :class:`HeadMissingError`, also a ``ValueError``.
+Loading an export whose weights are (partly) random warns with :class:`RandomWeightsWarning`.
+
+The typed errors below carry their facts as attributes (an input's index and length, the seconds to wait
+...) and know nothing of HTTP or the command line: their message says the fix in Python terms, and the edges
+turn the attributes into their own wording in one place each (the server: status, headers and JSON in
+:func:`bertonnx.serve.errors.from_core`; the command line: one line and an exit code in
+:mod:`bertonnx.command`). Each keeps the builtin base a caller would already catch (``ValueError`` for a bad
+input), and each survives pickling (Ray workers send them back to the driver).
 """
 
 from __future__ import annotations
 
-__all__ = ["ModelDirectoryError", "RandomWeightsWarning"]
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = [
+    "EngineError",
+    "HeadMissingError",
+    "InputTooLongError",
+    "ModelDirectoryError",
+    "QueueFullError",
+    "RandomWeightsWarning",
+    "RequestTooLargeError",
+    "ShuttingDownError",
+    "VariantMissingError",
+]
 
 
 class ModelDirectoryError(ValueError):
     """The model directory is missing, is not a bertonnx export, or a file in it is missing or corrupt."""
+
+
+#: Per task: the head it needs, and which checkpoints have one (the fix :class:`HeadMissingError` names).
+TASK_HEADS = {
+    "nsp": ("NSP head", "a BertForPreTraining or BertForNextSentencePrediction checkpoint"),
+    "classify": ("classification head", "a BertForSequenceClassification checkpoint"),
+    "rerank": (
+        "one-logit cross-encoder head",
+        "a BertForSequenceClassification checkpoint with num_labels=1 (a cross-encoder)",
+    ),
+    "fill_mask": ("MLM head", "a BertForPreTraining or BertForMaskedLM checkpoint"),
+    "tag": ("token-classification head", "a BertForTokenClassification checkpoint"),
+    "answer": ("question-answering head", "a BertForQuestionAnswering checkpoint"),
+    "embed": (
+        "pooler",
+        "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
+    ),
+}
+
+
+class HeadMissingError(ValueError):
+    """The export has no head for the asked task; the message names the architecture it was exported from,
+    the tasks it offers, and which checkpoint to export for the task.
+
+    Attributes:
+        task: the task asked for (``nsp``, ``classify``, ``rerank``, ``fill_mask``, ``embed`` ...).
+        architecture: the transformers class the export came from.
+        tasks: the tasks the export offers.
+    """
+
+    def __init__(self, message: str, *, task: str, architecture: str, tasks: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.task = task
+        self.architecture = architecture
+        self.tasks = tasks
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword-only fields: survive pickling (Ray workers)
+        return (_rebuild_head_missing, (str(self), self.task, self.architecture, self.tasks))
+
+    @classmethod
+    def for_task(
+        cls, task: str, architecture: str, tasks: tuple[str, ...], num_labels: int | None = None
+    ) -> HeadMissingError:
+        """The error for ``task`` asked of an export of ``architecture`` offering ``tasks``."""
+        head, fix = TASK_HEADS.get(task, (f"head for {task}", "a checkpoint with that head"))
+        what = f"{architecture} with {num_labels} labels" if num_labels is not None else architecture
+        return cls(
+            f"this export has no {head}; it was exported from {what} and offers {', '.join(tasks) or 'no task'}. "
+            f"Export {fix} for {task}.",
+            task=task,
+            architecture=architecture,
+            tasks=tasks,
+        )
+
+
+def _rebuild_head_missing(message: str, task: str, architecture: str, tasks: tuple[str, ...]) -> HeadMissingError:
+    return HeadMissingError(message, task=task, architecture=architecture, tasks=tasks)
 
 
 class RandomWeightsWarning(UserWarning):
@@ -22,3 +100,113 @@ class RandomWeightsWarning(UserWarning):
 
         warnings.simplefilter("ignore", bertonnx.RandomWeightsWarning)
     """
+
+
+# -- inputs and models (raised by the runtime) ------------------------------------------------------------
+
+
+class InputTooLongError(ValueError):
+    """An input has more tokens than the limit and truncation is off.
+
+    Attributes:
+        index: the input's position in the caller's inputs (from 0).
+        length: its tokens, ``[CLS]`` and ``[SEP]`` included.
+        max_length: the limit it passed.
+    """
+
+    def __init__(self, index: int, length: int, max_length: int) -> None:
+        super().__init__(
+            f"input {index} has {length} tokens, more than max_length={max_length}. Pass truncation=True to cut "
+            "it (longest sequence first for pairs), or split the text."
+        )
+        self.index = index
+        self.length = length
+        self.max_length = max_length
+
+    def __reduce__(self) -> tuple[type[InputTooLongError], tuple[int, int, int]]:
+        return (InputTooLongError, (self.index, self.length, self.max_length))
+
+
+class VariantMissingError(ValueError):
+    """The export does not hold the variant asked for.
+
+    Attributes:
+        directory: the model directory.
+        variant: the variant asked for.
+        available: the variants the directory holds.
+    """
+
+    def __init__(self, directory: str | Path, variant: str, available: Sequence[str]) -> None:
+        super().__init__(
+            f"{directory} has no {variant!r} variant; it holds {', '.join(available)}. Pick one of those, or "
+            f"re-export with `bertonnx export ... --variants {variant}`."
+        )
+        self.directory = str(directory)
+        self.variant = variant
+        self.available = tuple(available)
+
+    def __reduce__(self) -> tuple[type[VariantMissingError], tuple[str, str, tuple[str, ...]]]:
+        return (VariantMissingError, (self.directory, self.variant, self.available))
+
+
+# -- serving (raised by the scheduler and the request steps; the server maps them) -----------------------
+
+
+class RequestTooLargeError(ValueError):
+    """One request carries more inputs than one request may.
+
+    Attributes:
+        count: the inputs it carries.
+        limit: the most one request may carry (``max_client_batch_size``).
+    """
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"{count} inputs in one request, more than max_client_batch_size {limit}; split the request")
+        self.count = count
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[type[RequestTooLargeError], tuple[int, int]]:
+        return (RequestTooLargeError, (self.count, self.limit))
+
+
+class QueueFullError(Exception):
+    """The queue cannot take a request's inputs now; retry later.
+
+    Attributes:
+        reason: which limit it would pass, e.g. ``"3 inputs waiting, max_queue 4"``.
+        retry_after: whole seconds after which a retry should find room (at least 1).
+        queued: inputs waiting when it was refused.
+        max_queue: the queue's limit in inputs.
+    """
+
+    def __init__(self, queued: int, max_queue: int, retry_after: int, reason: str | None = None) -> None:
+        self.reason = reason or f"{queued} inputs waiting, max_queue {max_queue}"
+        super().__init__(f"the queue is full ({self.reason}); retry after {retry_after} s or send fewer inputs")
+        self.queued = queued
+        self.max_queue = max_queue
+        self.retry_after = retry_after
+
+    def __reduce__(self) -> tuple[type[QueueFullError], tuple[int, int, int, str]]:
+        return (QueueFullError, (self.queued, self.max_queue, self.retry_after, self.reason))
+
+
+class ShuttingDownError(Exception):
+    """The scheduler is stopping: a queued request was not computed and a new one is not taken."""
+
+    def __init__(self, message: str = "the server is shutting down; retry later") -> None:
+        super().__init__(message)
+
+
+class EngineError(RuntimeError):
+    """An engine run failed; every request with an input in that batch fails with it.
+
+    Attributes:
+        cause: ``"ExceptionType: message"`` of what the engine raised.
+    """
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"the engine failed on this batch ({cause})")
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[type[EngineError], tuple[str]]:
+        return (EngineError, (self.cause,))

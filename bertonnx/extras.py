@@ -83,15 +83,18 @@ def _importable(name: str) -> bool:
 
 
 def install_hint(extra: str) -> str:
-    """The commands that install ``extra`` into the running Python, from an index and from a clone.
+    """The commands that install ``extra`` into the running Python: from a clone first (bertonnx is not on
+    a public index), then from an index that has it.
 
     Example: ``python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu, then
-    python -m pip install 'bertonnx[export]' (in a clone of bertonnx: python -m pip install -e '.[export]')``
-    where ``python`` is this interpreter's path, so the commands install where the command runs.
+    python -m pip install -e '.[export]' in the clone of bertonnx (or python -m pip install 'bertonnx[export]'
+    from an index that has it)`` where ``python`` is this interpreter's path, so the commands install where
+    the command runs.
     """
     pip = f"{shlex.quote(sys.executable)} -m pip install"
     steps = f"{pip} {TORCH_PIN} --index-url {TORCH_CPU_INDEX}, then " if extra in _TORCH_EXTRAS else ""
-    return f"{steps}{pip} 'bertonnx[{extra}]' (in a clone of bertonnx: {pip} -e '.[{extra}]')"
+    clone, index = f"{pip} -e '.[{extra}]'", f"{pip} 'bertonnx[{extra}]'"
+    return f"{steps}{clone} in the clone of bertonnx (or {index} from an index that has it)"
 
 
 def require_extra(extra: str, what: str) -> None:

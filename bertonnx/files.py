@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from .command import CommandError
 
-__all__ = ["STDIN", "blank_lines", "check_output_dir", "check_output_file", "read_lines", "write_atomic"]
+__all__ = ["STDIN", "blank_lines", "check_output_dir", "check_output_file", "read_lines", "read_text", "write_atomic"]
 
 #: The file name that means standard input.
 STDIN = "-"
@@ -41,6 +41,35 @@ def _decode(data: bytes, name: str) -> str:
         ) from None
 
 
+def read_text(path: str, option: str, *, what: str = "a text file") -> str:
+    """The whole text of a UTF-8 file (``-`` for stdin), a leading byte-order mark removed, nothing else changed.
+
+    Args:
+        path: the file, or ``-``.
+        option: how the command line named it, for messages (e.g. ``--context-file``).
+        what: what the file should be, for the message when ``path`` is a directory.
+
+    Raises:
+        CommandError: the file is missing, a directory, unreadable, or not UTF-8 (the message names it).
+    """
+    name = "standard input" if path == STDIN else f"{option} {path}"
+    if path == STDIN:
+        data = sys.stdin.buffer.read()
+    else:
+        target = Path(path).expanduser()
+        if target.is_dir():
+            raise CommandError(f"{name} is a directory; expected {what}")
+        try:
+            data = target.read_bytes()
+        except FileNotFoundError:
+            raise CommandError(f"{name} does not exist; check the path") from None
+        except PermissionError:
+            raise CommandError(f"{name} is not readable; check its permissions (e.g. `chmod u+r {path}`)") from None
+        except OSError as exc:
+            raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from None
+    return _decode(data, name).removeprefix(_BOM)
+
+
 def read_lines(path: str, option: str) -> list[str]:
     """The lines of a UTF-8 text file (``-`` for stdin), blank lines included (see the module docstring).
 
@@ -54,22 +83,7 @@ def read_lines(path: str, option: str) -> list[str]:
     Raises:
         CommandError: the file is missing, a directory, unreadable, or not UTF-8 (the message names it).
     """
-    name = "standard input" if path == STDIN else f"{option} {path}"
-    if path == STDIN:
-        data = sys.stdin.buffer.read()
-    else:
-        target = Path(path).expanduser()
-        if target.is_dir():
-            raise CommandError(f"{name} is a directory; expected a text file with one text per line")
-        try:
-            data = target.read_bytes()
-        except FileNotFoundError:
-            raise CommandError(f"{name} does not exist; check the path") from None
-        except PermissionError:
-            raise CommandError(f"{name} is not readable; check its permissions (e.g. `chmod u+r {path}`)") from None
-        except OSError as exc:
-            raise CommandError(f"cannot read {name}: {exc.strerror or exc}") from None
-    text = _decode(data, name).removeprefix(_BOM)
+    text = read_text(path, option, what="a text file with one text per line")
     if not text:
         return []
     lines = text.split("\n")

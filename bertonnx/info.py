@@ -83,15 +83,26 @@ def _weights_between(graph: onnx.GraphProto, target: str, stop: str) -> set[str]
     return found
 
 
+#: Head outputs of a main graph -> (count name, the tensor the head starts from).
+HEAD_OUTPUTS = {
+    "nsp_logits": ("nsp_head", "pooler_output"),
+    "logits": ("classifier_head", "pooler_output"),
+    "token_logits": ("token_classifier_head", "last_hidden_state"),
+    "start_logits": ("qa_head", "last_hidden_state"),
+    "end_logits": ("qa_head", "last_hidden_state"),
+}
+
+
 def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
-    """Count parameters from the initializers of an fp32 (plain or fused) BERT graph with our outputs.
+    """Count parameters from the initializers of an fp32 (plain or fused) BERT main graph.
 
     Returns:
-        ``bert_model`` (encoder + embeddings + pooler), ``token_embeddings``, ``pooler``, ``nsp_head`` and
-        ``exported_total`` (everything in the graph).
+        ``bert_model`` (encoder + embeddings + pooler when the graph has one), ``token_embeddings``,
+        ``pooler`` (when present), each head the graph has (``nsp_head``, ``classifier_head``,
+        ``token_classifier_head``, ``qa_head``) and ``exported_total`` (everything in the graph).
 
     Raises:
-        ValueError: the graph does not have the expected outputs or word-embedding lookup.
+        ValueError: the graph has no word-embedding lookup on ``input_ids``.
     """
     graph = model.graph
     sizes = {t.name: math.prod(t.dims) for t in graph.initializer if t.data_type == ONNX_FLOAT and t.dims}
@@ -103,17 +114,19 @@ def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
             word = node.input[EMBED_LAYER_NORM_WORD_INPUT]
     if word is None or word not in sizes:
         raise ValueError("no word-embedding lookup on input_ids found in the graph")
-    nsp = _weights_between(graph, "nsp_logits", stop="pooler_output")
-    pooler = _weights_between(graph, "pooler_output", stop="last_hidden_state")
+    outputs = {value.name for value in graph.output}
+    heads: dict[str, set[str]] = {}
+    for output, (count, start) in HEAD_OUTPUTS.items():
+        if output in outputs:
+            heads.setdefault(count, set()).update(_weights_between(graph, output, stop=start))
     total = sum(sizes.values())
-    nsp_head = sum(sizes[n] for n in nsp)
-    return {
-        "bert_model": total - nsp_head,
-        "token_embeddings": sizes[word],
-        "pooler": sum(sizes[n] for n in pooler),
-        "nsp_head": nsp_head,
-        "exported_total": total,
-    }
+    head_total = sum(sizes[n] for names in heads.values() for n in names)
+    counts = {"bert_model": total - head_total, "token_embeddings": sizes[word]}
+    if "pooler_output" in outputs:
+        counts["pooler"] = sum(sizes[n] for n in _weights_between(graph, "pooler_output", stop="last_hidden_state"))
+    counts.update({count: sum(sizes[n] for n in names) for count, names in heads.items()})
+    counts["exported_total"] = total
+    return counts
 
 
 def describe(manifest: Manifest) -> dict[str, Any]:

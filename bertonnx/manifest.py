@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelDirectoryError
+from .errors import ModelDirectoryError, VariantMissingError
 
 __all__ = [
     "BF16_PRECISION",
@@ -22,17 +22,26 @@ __all__ = [
     "EXTERNAL_DATA_SUFFIX",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "GRAPH_OUTPUT_NAMES",
+    "HEAD_SEEDED",
+    "HEAD_TRAINED",
     "INPUT_NAMES",
+    "LEGACY_ARCHITECTURE",
     "MANIFEST_FILE",
+    "MLM_HEAD_FILE",
+    "MLM_HEAD_INPUT",
+    "MLM_HEAD_OUTPUT",
     "NSP_IS_NEXT_INDEX",
     "ONNXRUNTIME_BACKEND",
     "OPENVINO_BACKEND",
     "OUTPUT_NAMES",
+    "PER_TOKEN_OUTPUTS",
     "TOKENIZER_FILE",
     "VARIANT_BACKENDS",
     "VARIANT_FILES",
     "FileRecord",
     "Manifest",
+    "MlmHeadRecord",
     "read_manifest",
     "sha256_file",
 ]
@@ -69,7 +78,36 @@ BF16_PRECISION = "bf16"
 EXTERNAL_DATA_SUFFIX = ".data"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+#: Every output name an export's graph may give (which ones: ``Manifest.graph_outputs``), all float32:
+#: ``last_hidden_state`` [b, t, hidden] (every export); ``pooler_output`` [b, hidden] (architectures with a
+#: pooler); ``nsp_logits`` [b, 2] (pre-training, next-sentence prediction); ``logits`` [b, num_labels]
+#: (sequence classification); ``token_logits`` [b, t, num_labels] (token classification);
+#: ``start_logits``, ``end_logits`` [b, t] (question answering).
+GRAPH_OUTPUT_NAMES = (
+    "last_hidden_state",
+    "pooler_output",
+    "nsp_logits",
+    "logits",
+    "token_logits",
+    "start_logits",
+    "end_logits",
+)
+#: The outputs with a value per token (``[b, t, ...]``): an input's row is cut to its own tokens, so its
+#: answer never depends on the padding of the batch it ran in.
+PER_TOKEN_OUTPUTS = ("last_hidden_state", "token_logits", "start_logits", "end_logits")
+#: The outputs of a ``BertForPreTraining`` export's main graph (the only graph exports before the task
+#: block gave).
 OUTPUT_NAMES = ("last_hidden_state", "pooler_output", "nsp_logits")
+#: The masked-language-model head is a second, small graph run only on the hidden states gathered at the
+#: ``[MASK]`` positions: ``hidden_states`` [n, hidden] float32 -> ``mlm_logits`` [n, vocab] float32. Fill-mask
+#: then costs a vocabulary projection per mask, not per token.
+MLM_HEAD_FILE = "mlm_head.onnx"
+MLM_HEAD_INPUT = "hidden_states"
+MLM_HEAD_OUTPUT = "mlm_logits"
+#: What an export written before the task block holds.
+LEGACY_ARCHITECTURE = "BertForPreTraining"
+HEAD_TRAINED = "trained"
+HEAD_SEEDED = "seeded"
 
 #: As in transformers' ``BertForPreTraining``: logit 0 means "sentence B follows sentence A".
 NSP_IS_NEXT_INDEX = 0
@@ -135,6 +173,30 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
+class MlmHeadRecord:
+    """The masked-language-model head graph of an export (one fp32 file shared by every variant).
+
+    Attributes:
+        file: graph file name in the model directory.
+        data_file: its external-data file, or ``None``.
+        input: input name, ``hidden_states`` [n, hidden] float32 (hidden states at the mask positions).
+        output: output name, ``mlm_logits`` [n, vocab_size] float32.
+        vocab_size: width of ``mlm_logits``.
+    """
+
+    file: str
+    data_file: str | None
+    input: str
+    output: str
+    vocab_size: int
+
+    @property
+    def files(self) -> list[str]:
+        """The head's graph, then its external-data file when it has one."""
+        return [self.file, *([self.data_file] if self.data_file else [])]
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The parsed ``bertonnx.json`` of a model directory."""
 
@@ -170,6 +232,88 @@ class Manifest:
         """True when any exported weight was initialised from a seed rather than trained."""
         weights = self.data["weights"]
         return weights.get("kind") == "random" or bool(weights.get("random_heads"))
+
+    @property
+    def task(self) -> dict[str, Any]:
+        """The ``task`` block; an export written before it existed reads as ``BertForPreTraining`` with the
+        ``embed`` and ``nsp`` tasks, a pooler and an NSP head (seeded when ``weights.random_heads`` says so)."""
+        block = self.data.get("task")
+        if isinstance(block, dict):
+            return dict(block)
+        seeded = set(self.data["weights"].get("random_heads") or [])
+        random = self.data["weights"].get("kind") == "random"
+        return {
+            "architecture": LEGACY_ARCHITECTURE,
+            "tasks": ["embed", "nsp"],
+            "heads": {h: HEAD_SEEDED if random or h in seeded else HEAD_TRAINED for h in ("pooler", "nsp")},
+            "num_labels": None,
+            "id2label": None,
+            "problem_type": None,
+            "mlm_head": None,
+        }
+
+    @property
+    def architecture(self) -> str:
+        """The transformers class exported, e.g. ``BertModel`` or ``BertForSequenceClassification``."""
+        return str(self.task["architecture"])
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Runtime tasks this export offers among ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``,
+        ``tag``, ``answer`` (``graph``, the raw outputs, is offered by every export and not listed)."""
+        return tuple(self.task["tasks"])
+
+    @property
+    def heads(self) -> dict[str, str]:
+        """Head name (``pooler``, ``nsp``, ``mlm``, ``classifier``, ``token_classifier``, ``qa``) ->
+        ``trained`` or ``seeded``; only the heads the export has."""
+        return {str(k): str(v) for k, v in self.task["heads"].items()}
+
+    @property
+    def num_labels(self) -> int | None:
+        """Width of ``logits`` / ``token_logits`` for classifier exports, else ``None``."""
+        value = self.task.get("num_labels")
+        return None if value is None else int(value)
+
+    @property
+    def id2label(self) -> dict[int, str] | None:
+        """Label names by index for classifier exports (keys are ints), else ``None``."""
+        labels = self.task.get("id2label")
+        return None if labels is None else {int(k): str(v) for k, v in labels.items()}
+
+    @property
+    def problem_type(self) -> str | None:
+        """``single_label_classification``, ``multi_label_classification``, ``regression`` or ``None`` (as the
+        checkpoint's config says; ``None`` for a classifier means single-label, or a score when
+        ``num_labels == 1``)."""
+        value = self.task.get("problem_type")
+        return None if value is None else str(value)
+
+    @property
+    def mlm_head(self) -> MlmHeadRecord | None:
+        """The masked-language-model head graph, or ``None`` when the export has no MLM head."""
+        record = self.task.get("mlm_head")
+        if not record:
+            return None
+        return MlmHeadRecord(
+            file=str(record["file"]),
+            data_file=record.get("data_file"),
+            input=str(record.get("input", MLM_HEAD_INPUT)),
+            output=str(record.get("output", MLM_HEAD_OUTPUT)),
+            vocab_size=int(record.get("vocab_size", self.data["config"]["vocab_size"])),
+        )
+
+    @property
+    def graph_outputs(self) -> tuple[str, ...]:
+        """Output names of the main graph (every variant gives the same), in graph order."""
+        graph = self.data.get("graph") or {}
+        outputs = graph.get("outputs")
+        return tuple(str(o["name"]) for o in outputs) if outputs else OUTPUT_NAMES
+
+    def require_variant(self, variant: str) -> None:
+        """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``."""
+        if variant not in self.data["variants"]:
+            raise VariantMissingError(self.directory, variant, list(self.data["variants"]))
 
     def variant_files(self, variant: str) -> list[str]:
         """The files of ``variant``: its graph, then its external-data file when it has one."""

@@ -8,25 +8,25 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, MappingView, Sequence, Set
+from collections.abc import Collection, Iterable, Iterator, Mapping, MappingView, Sequence, Set
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from . import driver
 from .batching import (
     DEFAULT_MAX_BATCH_SIZE,
     DEFAULT_MAX_BATCH_TOKENS,
-    SORT_WINDOW_TOKENS,
     TOKENIZE_CHUNK_TEXTS,
     Batch,
     BatchLimits,
     iter_chunks,
-    make_batch,
-    plan_batches,
 )
-from .errors import ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
 from .manifest import (
     INPUT_NAMES,
     ONNXRUNTIME_BACKEND,
@@ -38,9 +38,16 @@ from .manifest import (
     read_manifest,
 )
 from .options import RuntimeOptions
-from .outputs import POOLING_MODES, BertOutput, Tokenized, is_next_probability, pool, pooling_outputs
-from .session import open_variant_session, release_freed_memory, run_options
-from .tokenizer import TextTokenizer
+from .outputs import BertOutput, Tokenized
+from .session import build_session, open_variant_session, release_freed_memory, run_options
+from .tasks import POOLING_MODES, Embed, Graph, Nsp
+from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN, answer_questions
+from .tasks.classify import Classify, LabelScore, RankedIndex, default_function, rank_labels, rank_texts
+from .tasks.fill_mask import FillMask, MaskFill, check_masks
+from .tasks.graph import assemble
+from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings, check_ignore_labels, tag_texts
+from .tokenizer import SPECIAL_TOKENS_PAIR, TextTokenizer
+from .windows import Windowing
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -60,8 +67,8 @@ __all__ = [
 DEFAULT_VARIANT = "fp32"
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
-#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file
-#: (measured 0.35 s per 438 MB here, half of a 0.7 s cold start, hence not the default).
+#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
+#: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
 VERIFY_MODES = ("size", "sha256")
 
 
@@ -92,6 +99,26 @@ def _checked(items: Iterable[object], name: str) -> Iterator[str]:
             got = "None" if item is None else type(item).__name__
             raise TypeError(f"{name}[{index}] is {got}; every input must be a str")
         yield item
+
+
+#: The token ``fill_mask`` predicts.
+MASK_TOKEN = "[MASK]"
+
+
+def _clean_up_spaces(manifest: Manifest) -> bool:
+    """transformers' ``clean_up_tokenization_spaces`` from the export's ``tokenizer_config.json`` (BERT: True)."""
+    record = manifest.files.get("tokenizer_config.json")
+    if record is None:
+        return True
+    try:
+        config = json.loads((manifest.directory / record.name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    return bool(config.get("clean_up_tokenization_spaces", True)) if isinstance(config, dict) else True
+
+
+def _check_top_k(value: object, name: str = "top_k") -> int:
+    return _check_positive_int(value, name)
 
 
 def _check_positive_int(value: object, name: str) -> int:
@@ -134,6 +161,7 @@ class BertOnnx:
         Raises:
             TypeError: an argument has the wrong type.
             ValueError: unknown ``variant`` or ``verify``.
+            VariantMissingError: the directory does not hold ``variant`` (a ``ValueError``).
             ImportError: ``bf16`` was asked for and OpenVINO is not installed.
             ModelDirectoryError: the directory is missing, not a bertonnx export, or a file is missing or
                 corrupt.
@@ -154,11 +182,7 @@ class BertOnnx:
         manifest = read_manifest(model_dir)
         if variant not in VARIANT_FILES:
             raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_FILES)}")
-        if variant not in manifest.variants:
-            raise ValueError(
-                f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}. "
-                f"Pick one of those, or re-export with --variants {variant}."
-            )
+        manifest.require_variant(variant)
         model_path, *_ = [
             manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256")
             for name in manifest.variant_files(variant)
@@ -171,7 +195,7 @@ class BertOnnx:
         self.model_path = model_path
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
-        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length)
+        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=_clean_up_spaces(manifest))
         #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
         self.backend: str = manifest.data["variants"][variant].get("backend", VARIANT_BACKENDS[variant])
         if self.backend != VARIANT_BACKENDS[variant]:
@@ -186,10 +210,31 @@ class BertOnnx:
         self._run_options = run_options(options) if self.backend == ONNXRUNTIME_BACKEND else None
         self._input_names = [i.name for i in self.session.get_inputs()]
         output_names = [o.name for o in self.session.get_outputs()]
+        self._output_names = tuple(output_names)
         if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
             raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(OUTPUT_NAMES) - set(output_names):
-            raise ModelDirectoryError(f"{model_path} gives outputs {output_names}; expected {list(OUTPUT_NAMES)}")
+        if set(manifest.graph_outputs) - set(output_names):
+            raise ModelDirectoryError(
+                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
+            )
+        #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
+        #: Runtime tasks this export offers (``graph``, the raw outputs, is always offered too).
+        self.tasks: tuple[str, ...] = manifest.tasks
+        self._mlm_session: ort.InferenceSession | None = None
+        self._mask_token_id: int | None = None
+        mlm = manifest.mlm_head
+        if mlm is not None and "fill_mask" in self.tasks:
+            head_path, *_ = [
+                manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256") for name in mlm.files
+            ]
+            self._mlm_session = build_session(head_path, options)
+            self._mlm_names = (mlm.input, mlm.output)
+            self._mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
+            if self._mask_token_id is None:
+                raise ModelDirectoryError(
+                    f"{tokenizer_path} has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
+                )
         if manifest.random_weights:
             note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
             warnings.warn(
@@ -198,6 +243,11 @@ class BertOnnx:
                 RandomWeightsWarning,
                 stacklevel=2,
             )
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The graph outputs of the loaded variant, in the graph's order."""
+        return self._output_names
 
     def __repr__(self) -> str:
         weights = "RANDOM weights" if self.manifest.random_weights else "pretrained weights"
@@ -223,29 +273,22 @@ class BertOnnx:
         truncation: bool,
         max_length: int,
         max_batch_tokens: int,
+        mask_token_id: int | None = None,
     ) -> Iterator[Batch]:
         self._check_call(batch_size, truncation, max_length)
         limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
         first = _checked(_as_texts(texts, "texts"), "texts")
         second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
-        window: list[Encoding] = []
-        window_start = window_tokens = 0
-        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
-            encodings = self.tokenizer.encode(
-                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
-            window.extend(encodings)
-            window_tokens += sum(len(e.ids) for e in encodings)
-            if window_tokens >= SORT_WINDOW_TOKENS:
-                yield from self._window_batches(window, window_start, limits)
-                window_start, window, window_tokens = start + len(chunk), [], 0
-        yield from self._window_batches(window, window_start, limits)
 
-    @staticmethod
-    def _window_batches(window: list[Encoding], first_index: int, limits: BatchLimits) -> Iterator[Batch]:
-        lengths = np.fromiter((len(e.ids) for e in window), dtype=np.int64, count=len(window))
-        for rows in plan_batches(lengths, limits):
-            yield make_batch([window[i] for i in rows], rows + first_index)
+        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
+            encodings = self.tokenizer.encode(
+                chunk, pairs, truncation=truncation, max_length=max_length, first_index=start
+            )
+            if mask_token_id is not None:
+                check_masks(encodings, mask_token_id, start)
+            return encodings
+
+        return driver.stream(encode, first, second, limits)
 
     def encode(
         self,
@@ -285,20 +328,23 @@ class BertOnnx:
             )
         return encodings
 
-    def run_batch(self, batch: Batch, outputs: Sequence[str] = OUTPUT_NAMES) -> dict[str, np.ndarray]:
+    def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Run one padded batch and return the requested graph outputs (rows in the batch's order).
 
         Args:
             batch: from :func:`bertonnx.batching.make_batch`.
-            outputs: names among ``last_hidden_state`` ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``
-                and ``nsp_logits`` ``[b, 2]`` (all float32). Asking for fewer saves copying the rest.
+            outputs: names among the graph's outputs (:attr:`output_names`: ``last_hidden_state``
+                ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``, ``nsp_logits`` ``[b, 2]``, ``logits``
+                ``[b, num_labels]`` ..., all float32); default: those of ``OUTPUT_NAMES`` the graph gives.
+                Asking for fewer saves copying the rest.
 
         Raises:
             ValueError: an unknown output name.
         """
-        unknown = [name for name in outputs if name not in OUTPUT_NAMES]
+        outputs = self._outputs if outputs is None else outputs
+        unknown = [name for name in outputs if name not in self._output_names]
         if unknown:
-            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(OUTPUT_NAMES)}")
+            raise ValueError(f"unknown outputs {unknown}; expected names among {', '.join(self._output_names)}")
         feeds = {name: getattr(batch, name) for name in self._input_names}
         values = self.session.run(list(outputs), feeds, self._run_options)
         if self.options.release_memory:
@@ -343,45 +389,18 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
-        names = OUTPUT_NAMES if hidden_states else tuple(n for n in OUTPUT_NAMES if n != "last_hidden_state")
-        lengths: list[np.ndarray] = []
-        indices: list[np.ndarray] = []
-        outputs: dict[str, list[np.ndarray]] = {name: [] for name in OUTPUT_NAMES}
-        for batch in self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens):
-            result = self.run_batch(batch, names)
-            indices.append(batch.indices)
-            lengths.append(batch.lengths)
-            for name in names:
-                outputs[name].append(result[name])
-        return self._assemble(indices, lengths, outputs, hidden_states)
-
-    def _assemble(
-        self,
-        indices: list[np.ndarray],
-        lengths: list[np.ndarray],
-        outputs: dict[str, list[np.ndarray]],
-        hidden_states: bool,
-    ) -> BertOutput:
-        order = np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64)
-        n = order.shape[0]
-        all_lengths = np.zeros(n, dtype=np.int64)
-        all_lengths[order] = np.concatenate(lengths) if lengths else all_lengths
-        pooled = {}
-        for name, width in (("pooler_output", self.hidden_size), ("nsp_logits", 2)):
-            array = np.zeros((n, width), dtype=np.float32)
-            if n:
-                array[order] = np.concatenate(outputs[name])
-            pooled[name] = array
-        hidden = None
-        if hidden_states:
-            longest = int(all_lengths.max()) if n else 0
-            hidden = np.zeros((n, longest, self.hidden_size), dtype=np.float32)
-            for batch_indices, batch_lengths, states in zip(
-                indices, lengths, outputs["last_hidden_state"], strict=True
-            ):
-                for row, (index, length) in enumerate(zip(batch_indices, batch_lengths, strict=True)):
-                    hidden[index, :length] = states[row, :length]
-        return BertOutput(hidden, pooled["pooler_output"], pooled["nsp_logits"], all_lengths)
+        names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
+        batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
+        parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
+        widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
+        outputs, lengths = assemble(parts, names, widths)
+        missing = np.zeros((len(lengths), 0), dtype=np.float32)  # the export has no such head: no made-up values
+        return BertOutput(
+            outputs.get("last_hidden_state"),
+            outputs.get("pooler_output", missing),
+            outputs.get("nsp_logits", missing),
+            lengths,
+        )
 
     @overload
     def nsp(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -417,20 +436,14 @@ class BertOnnx:
                 view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
+        self.require("nsp")
         _as_texts(text_a, "text_a")
         _as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
-        out = self(
-            text_a,
-            text_b,
-            batch_size=batch_size,
-            truncation=truncation,
-            max_length=self.max_length,
-            hidden_states=False,
-        )
-        probability = is_next_probability(out.nsp_logits)
+        batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
+        probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
         return float(probability[0]) if single else probability
 
     def embed(
@@ -460,18 +473,224 @@ class BertOnnx:
             ValueError: unknown ``pooling``; a text too long without truncation.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
         """
-        names = pooling_outputs(pooling)
-        rows: list[np.ndarray] = []
-        indices: list[np.ndarray] = []
-        for batch in self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens):
-            rows.append(pool(self.run_batch(batch, names), batch.attention_mask, pooling))
-            indices.append(batch.indices)
-        out = np.zeros((sum(len(i) for i in indices), self.hidden_size), dtype=np.float32)
-        if indices:
-            out[np.concatenate(indices)] = np.concatenate(rows)
-        if normalize and len(out):
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-        return out
+        task = Embed(pooling, normalize)
+        if pooling == "pooler" and "pooler_output" not in self._output_names:
+            self._require("embed", has_head=False)
+        batches = self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens)
+        empty = np.zeros((0, self.hidden_size), dtype=np.float32)
+        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+
+    # -- the checkpoint's heads --------------------------------------------------------------------------
+
+    def require(self, task: str) -> None:
+        """Check that this export offers ``task`` (``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask`` ...).
+
+        Raises:
+            HeadMissingError: it does not; the message names the architecture, the tasks the export offers
+                and the checkpoint to export instead.
+        """
+        has_head = task in self.tasks
+        if task == "rerank":
+            has_head = has_head and self.manifest.num_labels == 1
+        elif task == "fill_mask":
+            has_head = has_head and self._mlm_session is not None
+        self._require(task, has_head=has_head)
+
+    def _require(self, task: str, *, has_head: bool) -> None:
+        if not has_head:
+            raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
+
+    @overload
+    def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool = ...
+    ) -> list[LabelScore]: ...
+
+    @overload
+    def classify(
+        self,
+        texts: Iterable[str],
+        pairs: Iterable[str] | None = ...,
+        *,
+        top_k: int | None = ...,
+        truncation: bool = ...,
+    ) -> list[list[LabelScore]]: ...
+
+    def classify(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        top_k: int | None = 1,
+        truncation: bool = False,
+    ) -> list[LabelScore] | list[list[LabelScore]]:
+        """Labels of each text (or pair) by the checkpoint's classification head, as
+        ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
+        multi-label and one-logit heads, the raw value for regression.
+
+        Args:
+            texts: a string or an iterable of strings.
+            pairs: second sentences, one per text (segment id 1), or ``None``.
+            top_k: labels per input, highest score first; ``None`` for every label.
+            truncation: cut inputs longer than the model's positions instead of raising.
+
+        Returns:
+            For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
+            list per input, in order. Labels are the checkpoint's ``id2label``.
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            TypeError: an input is not a string, ``texts`` and ``pairs`` mix a string and a list, or an option
+                has the wrong type.
+            ValueError: texts and pairs differ in length, an input is too long without truncation, or
+                ``top_k`` is below 1.
+        """
+        self.require("classify")
+        if top_k is not None:
+            _check_top_k(top_k)
+        single = isinstance(texts, str)
+        if pairs is not None and single != isinstance(pairs, str):
+            raise TypeError("texts and pairs must both be strings or both be lists of strings")
+        labels = self.labels
+        scores = self.classify_scores(texts, pairs, truncation=truncation)
+        ranked = [rank_labels(row, labels, top_k) for row in scores]
+        return ranked[0] if single else ranked
+
+    def classify_scores(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        function: str | None = None,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> np.ndarray:
+        """Every label's score per input, ``[n, num_labels]`` float32, columns in ``id2label`` order.
+
+        Args:
+            function: ``softmax``, ``sigmoid`` or ``none`` (the logits); default: as
+                ``pipeline("text-classification")`` for this head (see :meth:`classify`).
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            ValueError, TypeError: as :meth:`classify`.
+        """
+        self.require("classify")
+        num_labels = self.manifest.num_labels or 0
+        task = Classify(function or default_function(self.manifest.problem_type, num_labels))
+        batches = self._batches(texts, pairs, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
+        empty = np.zeros((0, num_labels), dtype=np.float32)
+        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+
+    @property
+    def labels(self) -> list[str]:
+        """The classifier's label names in logit order (``id2label``; ``LABEL_i`` where it names none), or
+        ``[]`` for an export without a classifier."""
+        id2label = self.manifest.id2label or {}
+        return [id2label.get(i, f"LABEL_{i}") for i in range(self.manifest.num_labels or 0)]
+
+    def rerank(
+        self,
+        query: str,
+        texts: Iterable[str],
+        *,
+        truncation: bool = False,
+        raw_scores: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[RankedIndex]:
+        """Texts ranked by a one-logit cross-encoder's relevance to ``query`` (TEI's ``/rerank`` shape).
+
+        Each ``(query, text)`` pair is one input (query as segment 0); its score is the sigmoid of the logit.
+
+        Args:
+            query: the query.
+            texts: the texts to rank.
+            truncation: cut pairs longer than the model's positions (longest side first) instead of raising.
+            raw_scores: give the logit instead of its sigmoid.
+            batch_size: pairs per ``session.run`` at most.
+
+        Returns:
+            ``[{"index", "score"}]`` for every text, highest score first; ``index`` is the text's position.
+
+        Raises:
+            HeadMissingError: the export is not a one-logit cross-encoder.
+            TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
+            ValueError: a pair is too long without truncation.
+        """
+        self.require("rerank")
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
+        items = list(_checked(_as_texts(texts, "texts"), "texts"))
+        scores = self.classify_scores(
+            [query] * len(items),
+            items,
+            function="none" if raw_scores else "sigmoid",
+            truncation=truncation,
+            batch_size=batch_size,
+        )
+        return rank_texts(scores[:, 0])
+
+    @overload
+    def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[MaskFill]]: ...
+
+    @overload
+    def fill_mask(
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[list[MaskFill]]]: ...
+
+    def fill_mask(
+        self, texts: str | Iterable[str], *, top_k: int = 5, truncation: bool = False
+    ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
+        """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
+        scores and fields).
+
+        Only the hidden states at ``[MASK]`` positions go through the vocabulary projection, so the cost
+        grows with the number of masks, not with every token.
+
+        Args:
+            texts: a string or an iterable of strings, each with at least one ``[MASK]``.
+            top_k: candidates per mask.
+            truncation: cut texts longer than the model's positions instead of raising.
+
+        Returns:
+            For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
+            "token_str", "sequence"}``, highest score first; for an iterable, one such list per text.
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+            TypeError: an input is not a string, or an option has the wrong type.
+            ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
+                truncation, or ``top_k`` is below 1.
+        """
+        self.require("fill_mask")
+        _check_top_k(top_k)
+        task = self.fill_mask_task(top_k)
+        batches = self._batches(
+            texts, None, DEFAULT_BATCH_SIZE, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS, task.mask_token_id
+        )
+        answers = driver.list_in_order(driver.run(self.run_batch, task, batches))
+        return answers[0] if isinstance(texts, str) else answers
+
+    def fill_mask_task(self, top_k: int = 5) -> FillMask:
+        """The ``fill_mask`` task on this export's MLM head (the server's engine runs it too).
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+        """
+        self.require("fill_mask")
+        assert self._mask_token_id is not None  # set whenever the MLM session is
+        return FillMask(self._run_mlm_head, self.tokenizer.decode, self._mask_token_id, _check_top_k(top_k))
+
+    def _run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
+        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits."""
+        assert self._mlm_session is not None
+        name_in, name_out = self._mlm_names
+        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
+        result: np.ndarray = logits
+        return result
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512
@@ -491,3 +710,205 @@ class BertOnnx:
             [text], None if pair is None else [pair], truncation=truncation, max_length=max_length
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))
+
+    # -- token classification and question answering (bertonnx.tasks.tag, bertonnx.tasks.answer) -------
+
+    def require_task(self, task: str) -> None:
+        """Raise unless the export offers ``task`` (one of ``Manifest.tasks``, e.g. ``tag``, ``answer``).
+
+        Raises:
+            HeadMissingError: the export lacks the task's head; the message names what it was exported from,
+                the tasks it offers and the checkpoint to export instead.
+        """
+        self._require(task, has_head=task in self.tasks)
+
+    @cached_property
+    def windowing(self) -> Windowing:
+        """Cuts long inputs into the windows transformers' pipelines cut them into (:mod:`bertonnx.windows`)."""
+        return Windowing.from_file(self.tokenizer_path)
+
+    @cached_property
+    def token_strings(self) -> TokenStrings:
+        """The tokenizer's token strings and decoding, for entity words."""
+        return TokenStrings(self.windowing.tokenizer)
+
+    @property
+    def qa_window(self) -> int:
+        """Tokens per question-answering window by default: ``min(384, model positions)``, as the pipeline."""
+        return min(DEFAULT_MAX_SEQ_LEN, self.max_length)
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The export's ``tokenizer.json``."""
+        return self.manifest.directory / TOKENIZER_FILE
+
+    @overload
+    def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self,
+        texts: str,
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    def tag(
+        self,
+        texts: Iterable[str],
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[list[dict[str, Any]]]: ...
+
+    def tag(
+        self,
+        texts: str | Iterable[str],
+        aggregation_strategy: str = "simple",
+        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+        stride: int | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+        """Named entities (or any token labels) of each text, as ``pipeline("token-classification")`` gives them.
+
+        The windows of every text are batched together by the token budget; a text longer than the model's
+        positions (512) is cut into windows sharing ``stride`` tokens and their entities merged as the
+        pipeline merges them. See :mod:`bertonnx.tasks.tag` for the steps.
+
+        Args:
+            texts: a string, or an iterable of strings (read 512 at a time).
+            aggregation_strategy: ``none`` (one answer per token), ``simple`` (B-/I- tags grouped),
+                ``first``, ``average`` or ``max`` (one label per word, then grouped).
+            ignore_labels: labels left out (default ``("O",)``; ``()`` keeps every token).
+            stride: tokens shared by consecutive windows of a long text (``0 <= stride < 510``); ``None``
+                refuses texts longer than the model's positions.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one string, its list of entities; for an iterable, one list per text. With ``none`` each
+            entity is ``{"entity", "score", "index", "word", "start", "end"}``, else ``{"entity_group",
+            "score", "word", "start", "end"}``; ``start``/``end`` are character offsets into the text
+            (``text[start:end]`` is the entity as written), ``score`` a float probability.
+
+        Raises:
+            HeadMissingError: the export has no token-classification head.
+            TypeError: a text is not a string, ``ignore_labels`` is a single string, or an option has the
+                wrong type.
+            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
+                longer than the model's positions without ``stride``.
+        """
+        self.require_task("tag")
+        ignore = check_ignore_labels(ignore_labels)
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        single = isinstance(texts, str)
+        found: list[list[dict[str, Any]]] = []
+        for start, chunk, _ in iter_chunks(_checked(_as_texts(texts, "texts"), "texts"), None, TOKENIZE_CHUNK_TEXTS):
+            found += tag_texts(
+                self.run_batch,
+                self.windowing,
+                self.token_strings,
+                self.labels,
+                chunk,
+                max_length=self.max_length,
+                limits=limits,
+                aggregation_strategy=aggregation_strategy,
+                ignore_labels=ignore,
+                stride=stride,
+                first_index=start,
+            )
+        if single:
+            return found[0]
+        return found
+
+    def answer(
+        self,
+        question: str | Iterable[str],
+        context: str | Iterable[str],
+        top_k: int = 1,
+        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+        doc_stride: int = DEFAULT_DOC_STRIDE,
+        handle_impossible_answer: bool = False,
+        *,
+        max_seq_len: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> Any:
+        """Extractive answers, as ``pipeline("question-answering")`` finds them.
+
+        Each question is paired with its context in windows of ``max_seq_len`` tokens (the whole question
+        and a slice of the context, consecutive slices sharing ``doc_stride`` tokens); the windows of every
+        question are batched together by the token budget, and the best spans over a question's windows
+        win. See :mod:`bertonnx.tasks.answer` for the steps.
+
+        Args:
+            question: a question, or an iterable of questions.
+            context: the context of every question (a string), or one context per question.
+            top_k: answers per question (fewer when the context holds fewer).
+            max_answer_len: longest answer in tokens.
+            doc_stride: context tokens shared by consecutive windows of a long context.
+            handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
+                scored as the model scores ``[CLS]``.
+            max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            Per question ``{"score": float, "start": int, "end": int, "answer": str}`` when ``top_k == 1``,
+            else a list of up to ``top_k`` of them, best first; ``answer == context[start:end]``. For one
+            question string that answer itself, for an iterable of questions a list of answers.
+
+        Raises:
+            HeadMissingError: the export has no question-answering head.
+            TypeError: a question or context is not a string, a list of contexts comes with one question
+                string, or an option has the wrong type.
+            ValueError: questions and contexts differ in number; an empty question or context, or one made
+                only of whitespace or control characters; a question leaving no room for context in a
+                window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
+                ``max_answer_len`` < 1; ``max_seq_len`` out of range.
+        """
+        self.require_task("answer")
+        window = self.qa_window if max_seq_len is None else max_seq_len
+        _check_positive_int(window, "max_seq_len")
+        if not SPECIAL_TOKENS_PAIR + 2 <= window <= self.max_length:
+            raise ValueError(
+                f"max_seq_len must be between {SPECIAL_TOKENS_PAIR + 2} and the model's {self.max_length} "
+                f"positions, got {window}"
+            )
+        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
+            raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
+        single = isinstance(question, str)
+        questions = list(_checked(_as_texts(question, "question"), "question"))
+        if isinstance(context, str):
+            contexts = [context] * len(questions)
+        elif single:
+            raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
+        else:
+            contexts = list(_checked(_as_texts(context, "context"), "context"))
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        cls_id = self.tokenizer.token_to_id("[CLS]")
+        found: list[list[dict[str, Any]]] = []
+        for start in range(0, max(len(questions), 1), TOKENIZE_CHUNK_TEXTS):
+            found += answer_questions(
+                self.run_batch,
+                self.windowing,
+                cls_id,
+                questions[start : start + TOKENIZE_CHUNK_TEXTS],
+                contexts[start : start + TOKENIZE_CHUNK_TEXTS],
+                max_length=window,
+                limits=limits,
+                doc_stride=doc_stride,
+                top_k=top_k,
+                max_answer_len=max_answer_len,
+                handle_impossible_answer=handle_impossible_answer,
+                first_index=start,
+            )
+        shaped: list[Any] = [answers[0] if top_k == 1 and answers else answers for answers in found]
+        return shaped[0] if single else shaped

@@ -1,4 +1,8 @@
-"""Result types returned by :class:`bertonnx.BertOnnx`."""
+"""Result types returned by :class:`bertonnx.BertOnnx`.
+
+``POOLING_MODES``, ``pool``, ``pooling_outputs`` and ``is_next_probability`` are re-exported from the
+task layer (:mod:`bertonnx.tasks`), where they live.
+"""
 
 from __future__ import annotations
 
@@ -6,56 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .manifest import NSP_IS_NEXT_INDEX
+from .tasks.embed import POOLING_MODES, pool, pooling_outputs
+from .tasks.nsp import is_next_probability
 
 __all__ = ["POOLING_MODES", "BertOutput", "Tokenized", "is_next_probability", "pool", "pooling_outputs"]
-
-#: ``pooler``: the trained pooler (tanh dense on [CLS]); ``cls``: the raw [CLS] state; ``mean``: mean of
-#: all attended tokens including [CLS] and [SEP] (the sentence-transformers convention).
-POOLING_MODES = ("pooler", "cls", "mean")
-
-
-def is_next_probability(nsp_logits: np.ndarray) -> np.ndarray:
-    """Softmax probability that sentence B follows sentence A, from NSP logits ``[..., 2]``."""
-    logits = np.asarray(nsp_logits, dtype=np.float64)
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    probability: np.ndarray = (shifted[..., NSP_IS_NEXT_INDEX] / shifted.sum(axis=-1)).astype(np.float32)
-    return probability
-
-
-def pooling_outputs(pooling: str) -> tuple[str, ...]:
-    """The graph outputs :func:`pool` needs for ``pooling``: ask the session for these and nothing more.
-
-    Raises:
-        ValueError: ``pooling`` is not one of ``POOLING_MODES``.
-    """
-    if pooling not in POOLING_MODES:
-        raise ValueError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLING_MODES)}")
-    return ("pooler_output",) if pooling == "pooler" else ("last_hidden_state",)
-
-
-def pool(outputs: dict[str, np.ndarray], attention_mask: np.ndarray, pooling: str) -> np.ndarray:
-    """One vector per row of a batch, ``[b, hidden]`` float32.
-
-    Args:
-        outputs: graph outputs of the batch, holding at least :func:`pooling_outputs` of ``pooling``.
-        attention_mask: ``[b, t]`` int64, 1 on each row's tokens (``mean`` averages over these).
-        pooling: one of ``POOLING_MODES``.
-
-    Raises:
-        ValueError: ``pooling`` is not one of ``POOLING_MODES``.
-    """
-    pooling_outputs(pooling)
-    if pooling == "pooler":
-        vectors = outputs["pooler_output"]
-    elif pooling == "cls":
-        vectors = outputs["last_hidden_state"][:, 0]
-    else:
-        states = outputs["last_hidden_state"]
-        mask = attention_mask[:, : states.shape[1], None].astype(np.float32)
-        vectors = np.einsum("bth,bt->bh", states, mask[:, :, 0]) / mask.sum(axis=1)
-    pooled: np.ndarray = np.asarray(vectors, dtype=np.float32)
-    return pooled
 
 
 @dataclass(frozen=True)

@@ -6,18 +6,19 @@ and truncate only when the caller asks.
 
 Pairs are truncated here, not by ``tokenizers``: its ``longest_first`` gives the odd token of an odd budget
 to the second sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
-transformers' Python ``BertTokenizer`` give it to the first (measured: 244 of 1,083 short pairs differed at
-max_length 8, 16 and 33). We encode both sequences without special tokens, cut them with BERT's rule and
+transformers' Python ``BertTokenizer`` give it to the first (how often that differs: benchmarks/DEFAULTS.md,
+"Pair truncation by BERT's rule"). We encode both sequences without special tokens, cut them with BERT's rule and
 add ``[CLS]``/``[SEP]`` with the file's own post-processor.
 
 Truncation costs time and memory in proportion to the tokens kept, not to the text. ``tokenizers`` keeps
 every cut-off window of a truncated encoding as an "overflowing" encoding, and its post-processor pairs
-every window of the first sequence with every window of the second: a pair of two 20,000-word texts took
-2.1 GB that way. So when the caller truncates we tokenize only a prefix of each text, long enough to hold
-the tokens that can be kept (see :meth:`TextTokenizer.encode`), and cut in halving steps so that at most
-one small window overflows. The result is exactly that of tokenizing the whole text: BERT's normalizer
-works character by character and its pre-tokenizer splits words at whitespace and punctuation, so every
-word of a prefix except the last is a word of the whole text, tokenized the same way.
+every window of the first sequence with every window of the second, so memory grows with the product of
+the two lengths (benchmarks/DEFAULTS.md, "Truncation by prefixes"). So when the caller truncates we
+tokenize only a prefix of each text, long enough to hold the tokens that can be kept (see
+:meth:`TextTokenizer.encode`), and cut in halving steps so that at most one small window overflows. The
+result is exactly that of tokenizing the whole text: BERT's normalizer works character by character and
+its pre-tokenizer splits words at whitespace and punctuation, so every word of a prefix except the last is
+a word of the whole text, tokenized the same way.
 
 Every ``str`` Python can hold is tokenized, as the reference does. ``tokenizers`` refuses strings holding
 a lone surrogate (a code point U+D800-U+DFFF, which the Python ``BertTokenizer`` deletes with the other
@@ -34,13 +35,14 @@ from pathlib import Path
 
 from tokenizers import Encoding, Tokenizer
 
-from .errors import ModelDirectoryError
+from .errors import InputTooLongError, ModelDirectoryError
 
 __all__ = [
     "PREFIX_CHARS_PER_TOKEN",
     "SURROGATE_STAND_IN",
     "TextTokenizer",
     "clean_text",
+    "clean_up_tokenization",
     "pair_truncation_lengths",
 ]
 
@@ -55,6 +57,28 @@ SURROGATE_STAND_IN = "\x00"
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: The pipeline for which a prefix's complete words tokenize as in the whole text (a BERT tokenizer.json).
 PREFIX_SAFE_PIPELINE = {"normalizer": "BertNormalizer", "pre_tokenizer": "BertPreTokenizer", "model": "WordPiece"}
+
+
+#: What transformers' ``clean_up_tokenization`` undoes in decoded text, in its order.
+CLEAN_UP_REPLACEMENTS = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
+
+
+def clean_up_tokenization(text: str) -> str:
+    """Remove the spaces WordPiece decoding leaves before punctuation and contractions (as transformers)."""
+    for before, after in CLEAN_UP_REPLACEMENTS:
+        text = text.replace(before, after)
+    return text
 
 
 def clean_text(text: str) -> str:
@@ -104,7 +128,7 @@ def _cut(encoding: Encoding, keep: int) -> None:
 class TextTokenizer:
     """Encodes texts and pairs with ``[CLS] A [SEP] (B [SEP])`` and segment ids 0/1."""
 
-    def __init__(self, path: Path, max_positions: int) -> None:
+    def __init__(self, path: Path, max_positions: int, *, clean_up_spaces: bool = True) -> None:
         """Load ``tokenizer.json`` and clear any padding or truncation baked into it.
 
         Raises:
@@ -128,6 +152,14 @@ class TextTokenizer:
         # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
         # within its length of the end are not taken as final.
         self._added_chars = max((len(t.content) for t in added), default=0)
+        #: transformers' ``clean_up_tokenization_spaces`` (True for BERT's tokenizers), used by :meth:`decode`.
+        self.clean_up_spaces = clean_up_spaces
+
+    def decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+        """Text of ``ids`` as transformers' fast BERT tokenizer decodes it (WordPiece merged, and with
+        ``clean_up_spaces`` the spaces before punctuation and English contractions removed)."""
+        text: str = self._base.decode(ids, skip_special_tokens=skip_special_tokens)
+        return clean_up_tokenization(text) if self.clean_up_spaces else text
 
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._base.token_to_id(token)
@@ -139,7 +171,7 @@ class TextTokenizer:
         pairs: Sequence[str] | None,
         *,
         truncation: bool,
-        max_length: int,
+        max_length: int | None,
         first_index: int = 0,
     ) -> list[Encoding]:
         """Encode ``texts`` (with ``pairs`` when given) without padding.
@@ -157,15 +189,18 @@ class TextTokenizer:
             texts: first sequences.
             pairs: second sequences, one per text, or ``None``.
             truncation: cut inputs longer than ``max_length`` (longest first for pairs) instead of raising.
-            max_length: token limit including special tokens.
+            max_length: token limit including special tokens; ``None``: no limit (only without truncation;
+                the caller judges each input's length, as a corpus job does per row).
             first_index: index of ``texts[0]`` in the caller's whole input, for error messages.
 
         Returns:
             One encoding per input, with ``[CLS]``/``[SEP]``, in input order.
 
         Raises:
-            ValueError: texts and pairs differ in length, an input is longer than ``max_length`` and
-                ``truncation`` is off, or ``max_length`` leaves no room for any token.
+            InputTooLongError: an input is longer than ``max_length`` and ``truncation`` is off (a
+                ``ValueError``).
+            ValueError: texts and pairs differ in length, ``max_length`` leaves no room for any token, or
+                ``truncation`` is asked for without a ``max_length``.
         """
         texts = [clean_text(text) for text in texts]
         cleaned_pairs = None if pairs is None else [clean_text(pair) for pair in pairs]
@@ -174,16 +209,14 @@ class TextTokenizer:
                 f"texts and pairs differ in length ({len(texts)} vs {len(cleaned_pairs)}); pass one pair per text"
             )
         if truncation:
+            if max_length is None:
+                raise ValueError("truncation needs a max_length to cut to; pass max_length")
             return self._encode_truncated(texts, cleaned_pairs, max_length)
         batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
         for offset, encoding in enumerate(encodings):
-            if len(encoding) > max_length:
-                raise ValueError(
-                    f"input {first_index + offset} has {len(encoding)} tokens, more than max_length="
-                    f"{max_length}. Pass truncation=True to cut it (longest sequence first for pairs), "
-                    "or split the text."
-                )
+            if max_length is not None and len(encoding) > max_length:
+                raise InputTooLongError(first_index + offset, len(encoding), max_length)
         return encodings
 
     def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:

@@ -20,6 +20,7 @@ from bertonnx.files import check_output_dir
 from bertonnx.manifest import VARIANT_FILES, read_manifest
 
 from .errors import ExportError
+from .heads import ROWS
 from .names import DEFAULT_MODEL, DEFAULT_OPSET, WEIGHT_CHOICES
 
 __all__ = ["EXPORT_COMMAND", "PARITY_COMMAND", "build_parser", "main"]
@@ -46,9 +47,18 @@ def _export_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed for random weights and random heads (default 0)")
     parser.add_argument(
+        "--task",
+        default=None,
+        metavar="TASK",
+        help="export this architecture instead of the checkpoint's own (config.json's architectures): "
+        + ", ".join(f"{row.task_name} ({row.architecture})" for row in ROWS)
+        + "; e.g. feature-extraction exports only the encoder of a classifier",
+    )
+    parser.add_argument(
         "--allow-random-heads",
         action="store_true",
-        help="accept a checkpoint without pooler/NSP head; seed them and record them as random",
+        help="accept a checkpoint without a head the exported architecture needs (e.g. --task pretraining on "
+        "a BertModel); seed it and record it as seeded",
     )
     parser.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     parser.add_argument(
@@ -88,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
         opset=args.opset or DEFAULT_OPSET,
         force=args.force,
+        task=args.task,
     )
     signal.signal(signal.SIGTERM, _terminate)  # so a killed export still removes its staging directory
     log = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else None
@@ -128,7 +139,9 @@ EXPORT_COMMAND = Command(
     _export_arguments,
     run,
     extra="export",
-    description="Export a BERT checkpoint (encoder + pooler + NSP head) to one verified ONNX model directory.",
+    description="Export a BERT checkpoint with its own heads (BertModel, BertForPreTraining, BertForMaskedLM, "
+    "BertForNextSentencePrediction, BertForSequenceClassification, BertForTokenClassification, "
+    "BertForQuestionAnswering) to one verified ONNX model directory.",
     epilog=EXPORT_EPILOG,
 )
 PARITY_COMMAND = Command(

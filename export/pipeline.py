@@ -24,6 +24,9 @@ from bertonnx.manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST_FILE,
+    MLM_HEAD_FILE,
+    MLM_HEAD_INPUT,
+    MLM_HEAD_OUTPUT,
     NSP_IS_NEXT_INDEX,
     TOKENIZER_FILE,
     VARIANT_FILES,
@@ -34,7 +37,7 @@ from bertonnx.version import __version__
 
 from . import gate
 from .errors import ExportError
-from .graph import DEFAULT_OPSET, BertWithHeads, describe_io, export_graph
+from .graph import DEFAULT_OPSET, describe_io, export_graph, export_mlm_head
 from .source import DEFAULT_MODEL, Source, load_source
 from .variants import build_bf16, build_int8, build_optimized, calibration_feeds, externalize
 
@@ -80,7 +83,10 @@ class ExportOptions:
     variants: tuple[str, ...] = ALL_VARIANTS
     opset: int = DEFAULT_OPSET
     force: bool = False
-    #: Test hook: called with the fp32 graph's path before the gate, to break the graph on purpose.
+    #: ``--task``: a task name or class name of :mod:`export.heads`; ``None`` exports the checkpoint's own.
+    task: str | None = None
+    #: Test hook: called with the fp32 graph's path before the gate, to break the graph on purpose (the MLM
+    #: head graph, when there is one, is already beside it).
     tamper: Callable[[Path], None] | None = field(default=None, repr=False)
 
 
@@ -131,16 +137,43 @@ def _versions() -> dict[str, str | None]:
 
 
 def _parameter_counts(source: Source) -> dict[str, int]:
-    bert = source.model.bert
-    nsp = source.model.cls.seq_relationship
+    """Parameters of the main graph by part, counted on the PyTorch model (``bertonnx inspect`` counts the
+    graph's initializers and must find the same): the base model (embeddings, encoder, pooler when the
+    architecture has one), the word embeddings, the pooler, each head, and their total."""
+    model = source.model
+    bert = model if source.row.architecture == "BertModel" else model.bert
     bert_model = sum(p.numel() for p in bert.parameters())
-    nsp_head = sum(p.numel() for p in nsp.parameters())
+    counts = {"bert_model": bert_model, "token_embeddings": bert.embeddings.word_embeddings.weight.numel()}
+    if bert.pooler is not None:
+        counts["pooler"] = sum(p.numel() for p in bert.pooler.parameters())
+    heads = {
+        "nsp_head": model.cls.seq_relationship if "nsp" in source.row.heads else None,
+        "classifier_head": model.classifier if "classifier" in source.row.heads else None,
+        "token_classifier_head": model.classifier if "token_classifier" in source.row.heads else None,
+        "qa_head": model.qa_outputs if "qa" in source.row.heads else None,
+    }
+    for name, module in heads.items():
+        if module is not None:
+            counts[name] = sum(p.numel() for p in module.parameters())
+    counts["exported_total"] = bert_model + sum(v for k, v in counts.items() if k.endswith("_head"))
+    return counts
+
+
+def _task_block(source: Source, mlm_head: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest's ``task`` block: what was exported, the runtime tasks, heads trained or seeded, labels."""
+    config = source.model.config
+    labelled = source.row.labelled
+    num_labels = int(config.num_labels) if labelled else None
     return {
-        "bert_model": bert_model,
-        "token_embeddings": bert.embeddings.word_embeddings.weight.numel(),
-        "pooler": sum(p.numel() for p in bert.pooler.parameters()),
-        "nsp_head": nsp_head,
-        "exported_total": bert_model + nsp_head,
+        "architecture": source.row.architecture,
+        "tasks": source.row.runtime_tasks(num_labels),
+        "heads": source.heads,
+        "num_labels": num_labels,
+        "id2label": {str(k): str(v) for k, v in config.id2label.items()} if labelled else None,
+        "problem_type": getattr(config, "problem_type", None)
+        if source.row.architecture.endswith("Classification")
+        else None,
+        "mlm_head": mlm_head,
     }
 
 
@@ -166,7 +199,9 @@ def _weights_note(weights: dict[str, Any]) -> str | None:
     if weights["random_heads"]:
         heads = " and ".join(weights["random_heads"])
         seed = weights["seed"]
-        return f"RANDOM HEADS: the {heads} head was seeded (seed {seed}), not trained; its outputs are meaningless."
+        several = len(weights["random_heads"]) > 1
+        noun, pronoun = ("heads were", "their") if several else ("head was", "its")
+        return f"RANDOM HEADS: the {heads} {noun} seeded (seed {seed}), not trained; {pronoun} outputs are meaningless."
     return None
 
 
@@ -251,18 +286,36 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             seed=options.seed,
             allow_random_heads=options.allow_random_heads,
             revision=options.revision,
+            task=options.task,
         )
+    row = source.row
     config = source.model.config
+    log(f"[export] architecture {row.architecture}: outputs {', '.join(row.outputs)}; heads {source.heads}")
+    for line in source.notes:
+        log(f"[export] NOTE {line}")
     note = _weights_note(source.weights)
     if note:
         log(f"[export] NOTE {note}")
     _save_tokenizer(source, staging, config.max_position_embeddings)
-    config.architectures = [type(source.model).__name__]  # the graph: encoder, pooler and NSP head
+    config.architectures = [row.architecture]  # the graphs: the encoder with this class's heads
     config.save_pretrained(str(staging))
 
     fp32_path = staging / VARIANT_FILES["fp32"]
     with _step(log, f"export ONNX graph (opset {options.opset})"):
         export_graph(source.model, fp32_path, opset=options.opset)
+    mlm_path = staging / MLM_HEAD_FILE if row.has_mlm else None
+    mlm_record: dict[str, Any] | None = None
+    if mlm_path is not None:
+        with _step(log, "export the MLM head graph (run on the [MASK] positions only)"):
+            head_parameters = export_mlm_head(source.model, mlm_path, opset=options.opset)
+        mlm_record = {
+            "file": MLM_HEAD_FILE,
+            "input": MLM_HEAD_INPUT,
+            "output": MLM_HEAD_OUTPUT,
+            "vocab_size": int(config.vocab_size),
+            "parameters_without_tied_decoder": head_parameters,
+            "variants": "shared: every variant's hidden states go through this fp32 graph on onnxruntime",
+        }
     if options.tamper is not None:
         options.tamper(fp32_path)
 
@@ -287,14 +340,22 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         for record in records.values():
             if "data_file" not in record:  # OpenVINO IR already keeps its weights in a .bin
                 record["data_file"] = externalize(staging / record["file"], _FILE_MODE & ~_current_umask())
+        if mlm_path is not None and mlm_record is not None:
+            mlm_record["data_file"] = externalize(mlm_path, _FILE_MODE & ~_current_umask())
 
-    with _step(log, f"verify against PyTorch ({len(gate.GATE_INPUTS)} inputs + padded batch)"):
-        cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings)
-        reference = gate.reference_outputs(BertWithHeads(source.model).eval(), cases)
+    masked = len(gate.MASKED_INPUTS) if row.has_mlm else 0
+    inputs_text = f"{len(gate.GATE_INPUTS)} inputs" + (f" + {masked} with [MASK]" if masked else "")
+    problem_type = getattr(config, "problem_type", None)
+    with _step(log, f"verify against PyTorch {row.architecture} ({inputs_text} + padded batch)"):
+        cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings, masked=row.has_mlm)
+        reference = gate.reference_outputs(source.model.eval(), cases)
         failures: list[str] = []
         for variant, record in records.items():
-            outputs = gate.variant_outputs(staging / record["file"], variant, cases)
-            figures = {**gate.compare(cases, reference, outputs), **gate.padded_batch_figures(cases, outputs)}
+            outputs = gate.variant_outputs(staging / record["file"], variant, cases, mlm_path)
+            figures = {
+                **gate.compare(cases, reference, outputs, problem_type=problem_type),
+                **gate.padded_batch_figures(cases, outputs),
+            }
             problems = gate.breaches(variant, figures)
             record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
             failures += problems
@@ -327,12 +388,19 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         "config": _config_numbers(source),
         "parameters": _parameter_counts(source),
         "opset": options.opset,
-        "nsp": {"is_next_index": NSP_IS_NEXT_INDEX, "labels": ["is_next", "not_next"]},
+        "task": _task_block(source, mlm_record),
+        **(
+            {"nsp": {"is_next_index": NSP_IS_NEXT_INDEX, "labels": ["is_next", "not_next"]}}
+            if "nsp" in row.heads
+            else {}
+        ),
         "graph": io,
         "tokenizer": {"file": TOKENIZER_FILE, "padding": None, "truncation": None},
         "parity_gate": {
-            "reference": "transformers BertForPreTraining (PyTorch, fp32)",
+            "reference": f"transformers {row.architecture} (PyTorch, fp32)",
+            "measures": list(row.gate),
             "inputs": len(gate.GATE_INPUTS),
+            "masked_inputs": masked,
             "exact_max_abs": gate.EXACT_MAX_ABS,
             "int8_thresholds": gate.INT8_THRESHOLDS,
             "bf16_thresholds": gate.BF16_THRESHOLDS,

@@ -2,9 +2,12 @@
 
 The export must work on machines that never reach the hub. ``bert-base-uncased``'s configuration and
 vocabulary are shipped in ``export/assets`` so ``--weights random`` needs no network; pretrained weights
-come from a local directory, the local hub cache, or (only when the hub answers) a download. Missing heads
-are refused unless the user opts in, and then recorded as random: a silently random NSP head would give
-confident nonsense.
+come from a local directory, the local hub cache, or (only when the hub answers) a download.
+
+What is exported is the checkpoint's own architecture (``config.architectures``, one row of
+:mod:`export.heads`), or the row ``--task`` names. A head the row needs but the weights lack is refused
+unless the user opts in, and then recorded as seeded: a silently random head gives confident nonsense. A head
+the weights hold but the row lacks is never dropped silently: the export refuses and names ``--task``.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from transformers import BertConfig, BertForPreTraining, PreTrainedTokenizerFast
+from transformers import BertConfig, PreTrainedModel, PreTrainedTokenizerFast
 
 from .errors import ExportError
+from .heads import ARCHITECTURES, HEAD_PREFIXES, ROWS, HeadRow, row_for, row_for_config
 from .names import DEFAULT_MODEL, WEIGHT_CHOICES
 
 ASSETS_DIR = Path(__file__).parent / "assets"
@@ -40,23 +44,40 @@ HUB_PATTERNS = (
 HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 INIT_STD_FALLBACK = 0.02
 
-#: Parameter-name prefixes of the parts we export, as named in ``BertForPreTraining``.
+#: The architecture of the published weights of the built-in models: bert-base-uncased's checkpoint holds
+#: the pooler, NSP and MLM heads although its config.json says ``BertForMaskedLM``.
+BUILTIN_ARCHITECTURE = "BertForPreTraining"
+#: Prefix of the base model's parameters in every class but ``BertModel``.
 ENCODER_PREFIX = "bert."
-POOLER_PREFIX = "bert.pooler."
-NSP_PREFIX = "cls.seq_relationship."
-MLM_PREFIX = "cls.predictions."
 
 
 @dataclass
 class Source:
-    """A loaded model ready to export, with the facts the manifest records."""
+    """A loaded model ready to export, with the facts the manifest records.
 
-    model: BertForPreTraining
+    Attributes:
+        model: the transformers model of ``row``'s class, in eval mode.
+        row: the exported architecture (:mod:`export.heads`).
+        weights: provenance: ``kind`` (pretrained or random), ``seed``, ``random_heads`` (heads of ``row``
+            seeded because the checkpoint lacks them).
+        notes: what the export should tell the user (a changed architecture, dropped heads).
+    """
+
+    model: PreTrainedModel
     tokenizer: PreTrainedTokenizerFast
     model_id: str
     kind: str  # "hub", "local" or "builtin-config"
     revision: str | None
     weights: dict[str, Any] = field(default_factory=dict)
+    row: HeadRow = field(default_factory=lambda: ARCHITECTURES[BUILTIN_ARCHITECTURE])
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def heads(self) -> dict[str, str]:
+        """Each head of the row -> ``trained`` or ``seeded``."""
+        seeded = self.weights.get("kind") == "random"
+        random_heads = set(self.weights.get("random_heads") or [])
+        return {h: "seeded" if seeded or h in random_heads else "trained" for h in self.row.heads}
 
 
 def _hub_endpoint_host() -> tuple[str, int]:
@@ -148,16 +169,19 @@ def _read_config(directory: Path) -> BertConfig:
     return BertConfig.from_pretrained(directory)
 
 
-def _seeded_init(module: torch.nn.Module, seed: int, std: float) -> None:
+def _seeded_init(module: torch.nn.Module, seed: int, std: float, only: set[str] | None = None) -> None:
     """Fill every parameter from ``seed``: weights and biases ~ N(0, std), LayerNorm gains ~ 1 + N(0, std).
 
     Unlike transformers' own init (zero biases, unit LayerNorm) no two tensors end up identical: zero biases
     would hide a dropped or swapped bias from the parity gate, and the ONNX exporter merges identical
-    initializers, which would break parameter counts read from the graph.
+    initializers, which would break parameter counts read from the graph. ``only`` limits it to those
+    parameter names (a missing head; a tied MLM decoder is the word embeddings and is not re-drawn).
     """
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in module.named_parameters():
+            if only is not None and name not in only:
+                continue
             values = torch.randn(param.shape, generator=generator) * std
             if "LayerNorm.weight" in name:
                 values += 1.0
@@ -188,28 +212,33 @@ def load_source(
     seed: int = 0,
     allow_random_heads: bool = False,
     revision: str | None = None,
+    task: str | None = None,
 ) -> Source:
-    """Load ``model`` as a ``BertForPreTraining`` in eval mode, with its fast tokenizer.
+    """Load ``model`` as its own architecture (or ``task``'s) in eval mode, with its fast tokenizer.
 
     Args:
         model: a hub id (e.g. ``bert-base-uncased``) or a local checkpoint directory.
         weights: ``pretrained``, ``random`` (seeded, exact architecture) or ``auto`` (pretrained when
             they can be had, else random with a loud warning).
         seed: seed for random weights and for heads initialised at random.
-        allow_random_heads: accept a checkpoint without pooler or NSP head and seed them.
+        allow_random_heads: accept a checkpoint without a head the architecture needs, and seed it.
         revision: hub revision (branch, tag or commit).
+        task: a ``--task`` name or class name (:data:`export.heads.TASK_ALIASES`); default: the
+            checkpoint's ``config.architectures``.
 
     Raises:
-        ExportError: the directory is missing or not a BERT checkpoint, the hub cannot be reached, or a
-            head is missing without ``allow_random_heads``.
+        ExportError: the directory is missing or not a BERT checkpoint, the hub cannot be reached, a head
+            is missing without ``allow_random_heads``, the weights hold a head the architecture lacks
+            without ``task``, or ``task`` is unknown.
     """
+    forced = row_for(task) if task is not None else None
     if weights not in WEIGHT_CHOICES:
         raise ExportError(f"--weights must be one of {', '.join(WEIGHT_CHOICES)}, got {weights!r}")
     path = Path(model).expanduser()
     if path.exists():
         if not path.is_dir():
             raise ExportError(f"{path} is a file; MODEL must be a checkpoint directory or a hub id")
-        return _from_directory(path, str(path.resolve()), "local", None, weights, seed, allow_random_heads)
+        return _from_directory(path, str(path.resolve()), "local", None, weights, seed, allow_random_heads, forced)
     looks_like_path = model.startswith(("/", "./", "../", "~")) or model.endswith("/") or os.sep + os.sep in model
     if looks_like_path or model.count("/") > 1:
         raise ExportError(
@@ -220,8 +249,11 @@ def load_source(
         directory = BUILTIN_MODELS.get(model)
         if directory is None:
             directory = _download(model, revision)
-            return _from_directory(directory, model, "hub", directory.name, "random", seed, allow_random_heads)
-        return _from_directory(directory, model, "builtin-config", None, "random", seed, allow_random_heads)
+            return _from_directory(directory, model, "hub", directory.name, "random", seed, allow_random_heads, forced)
+        forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
+        return _from_directory(
+            directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced, task is not None
+        )
     try:
         directory = _download(model, revision)
     except ExportError as exc:
@@ -234,8 +266,65 @@ def load_source(
             f"! Good for latency and parity checks only. The manifest records weights as random.\n{banner}",
             flush=True,
         )
-        return _from_directory(BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False)
-    return _from_directory(directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads)
+        forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
+        return _from_directory(
+            BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced, task is not None
+        )
+    return _from_directory(directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads, forced)
+
+
+def _weight_names(path: Path) -> list[str]:
+    """Parameter names stored in a weights file, without loading the tensors (safetensors) or memory-mapped."""
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            return list(handle.keys())
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - a legacy (non-zip) pickle cannot be memory-mapped; read it whole
+        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    return list(state)
+
+
+def _head_kinds(names: list[str]) -> set[str]:
+    """Heads whose parameters appear in ``names`` (``classifier`` stands for a sequence or token classifier:
+    the two have the same parameter names)."""
+    found = set()
+    for head, prefixes in HEAD_PREFIXES.items():
+        if any(name.startswith(prefixes) for name in names):
+            found.add("classifier" if head == "token_classifier" else head)
+    return found
+
+
+def _row_kinds(row: HeadRow) -> set[str]:
+    return {"classifier" if h == "token_classifier" else h for h in row.heads}
+
+
+def _choose_row(directory: Path, config: BertConfig, weights_file: Path | None, forced: HeadRow | None) -> HeadRow:
+    """The row to export: ``forced``, else ``config.architectures``, widened to the one row that holds every
+    head the weights have (bert-base-uncased's config says BertForMaskedLM, its weights hold the pre-training
+    heads). Weights with a head no such row explains are refused, never silently dropped."""
+    if forced is not None:
+        return forced
+    row = row_for_config(getattr(config, "architectures", None), f"{directory / 'config.json'}")
+    if weights_file is None:
+        return row
+    held = _head_kinds(_weight_names(weights_file))
+    extra = held - _row_kinds(row)
+    if not extra:
+        return row
+    wider = [r for r in ROWS if _row_kinds(r) == held]
+    if len(wider) == 1 and not extra & {"classifier", "qa"}:
+        return wider[0]
+    if extra == {"pooler"}:  # an unused pooler (some MLM checkpoints keep one): noted when loading
+        return row
+    names = ", ".join(sorted(extra))
+    raise ExportError(
+        f"{weights_file} holds trained {names} weights but its config.json says {row.architecture}, which "
+        f"has no such head; exporting it would drop them. Pass --task to say what to export: e.g. --task "
+        f"{row.task_name} to export {row.architecture} and leave the {names} weights out."
+    )
 
 
 def _from_directory(
@@ -246,49 +335,75 @@ def _from_directory(
     weights: str,
     seed: int,
     allow_random_heads: bool,
+    forced: HeadRow | None = None,
+    by_task: bool = True,
 ) -> Source:
+    import transformers
+
     config = _read_config(directory)
     tokenizer = _tokenizer_for(directory)
     std = float(getattr(config, "initializer_range", INIT_STD_FALLBACK))
-    if weights == "random":
-        torch.manual_seed(seed)
-        net = BertForPreTraining(config)
-        _seeded_init(net, seed, std)
-        provenance: dict[str, Any] = {"kind": "random", "seed": seed, "random_heads": []}
-        return Source(net.eval(), tokenizer, model_id, kind, revision, provenance)
-
-    weights_file = _weights_file(directory)
-    if weights_file is None:
+    weights_file = _weights_file(directory) if weights != "random" else None
+    if weights != "random" and weights_file is None:
         raise ExportError(
             f"{directory} has no weights (model.safetensors or pytorch_model.bin). Pass a directory with "
             f"weights, or export the architecture with seeded weights: `--weights random`."
         )
+    row = _choose_row(directory, config, weights_file, forced)
+    notes = []
+    declared = list(getattr(config, "architectures", None) or [])
+    if declared and row.architecture not in declared:
+        how = "the heads its weights hold"
+        if forced is not None:
+            how = "--task" if by_task else "the heads of its published weights"
+        notes.append(f"exporting {row.architecture} ({how}); config.json says {', '.join(declared)}")
+    model_class = getattr(transformers, row.architecture)
+    if weights == "random":
+        torch.manual_seed(seed)
+        net = model_class(config)
+        _seeded_init(net, seed, std)
+        provenance: dict[str, Any] = {"kind": "random", "seed": seed, "random_heads": []}
+        return Source(net.eval(), tokenizer, model_id, kind, revision, provenance, row, notes)
+
+    assert weights_file is not None
     torch.manual_seed(seed)
     try:
-        net, info = BertForPreTraining.from_pretrained(directory, output_loading_info=True)
+        net, info = model_class.from_pretrained(directory, output_loading_info=True)
     except Exception as exc:  # noqa: BLE001 - one clear message for any unreadable checkpoint
         raise ExportError(f"cannot load BERT weights from {weights_file}: {exc}") from None
     missing = sorted(info["missing_keys"])
-    encoder_missing = [k for k in missing if k.startswith(ENCODER_PREFIX) and not k.startswith(POOLER_PREFIX)]
+    base = ENCODER_PREFIX if row.architecture != "BertModel" else ""
+    pooler_prefix = f"{base}pooler."
+    head_keys = {
+        head: [
+            k
+            for k in missing
+            if k.startswith(HEAD_PREFIXES[head]) and (head == "pooler") == k.startswith(pooler_prefix)
+        ]
+        for head in row.heads
+    }
+    encoder_missing = [k for k in missing if k.startswith(base) and not k.startswith(pooler_prefix)]
+    encoder_missing = [k for k in encoder_missing if not any(k in keys for keys in head_keys.values())]
     if encoder_missing:
         raise ExportError(
             f"{weights_file} lacks encoder weights ({', '.join(encoder_missing[:3])} ...); it is not a "
             "complete BERT checkpoint."
         )
-    heads = {
-        "pooler": [k for k in missing if k.startswith(POOLER_PREFIX)],
-        "nsp": [k for k in missing if k.startswith(NSP_PREFIX)],
-    }
-    random_heads = [head for head, keys in heads.items() if keys]
+    random_heads = [head for head in row.heads if head_keys[head]]
     if random_heads and not allow_random_heads:
+        missing_text = ", ".join(k for head in random_heads for k in head_keys[head][:4])
         raise ExportError(
-            f"{directory} has no trained {' or '.join(random_heads)} head "
-            f"(missing {', '.join(k for head in random_heads for k in heads[head])}), e.g. a plain BertModel "
-            "checkpoint. Exporting it would give made-up NSP answers. Pass --allow-random-heads to seed the "
-            "missing head(s) and record them as random in the manifest."
+            f"{directory} has no trained {' or '.join(random_heads)} head (missing {missing_text}) for "
+            f"{row.architecture}. Exporting it would give made-up {' and '.join(random_heads)} answers. "
+            + ("Leave out --task to export the class the checkpoint holds, pass " if forced is not None else "Pass ")
+            + "--task feature-extraction to export the encoder alone, or --allow-random-heads to seed the "
+            "missing head(s) and record them as seeded in the manifest."
         )
     for offset, head in enumerate(random_heads, start=1):
-        module = net.bert.pooler if head == "pooler" else net.cls.seq_relationship
-        _seeded_init(module, seed + offset, std)
+        _seeded_init(net, seed + offset, std, only=set(head_keys[head]))
+    dropped = sorted(_head_kinds(list(info["unexpected_keys"])) - _row_kinds(row))
+    if dropped:
+        why = f"--task {row.task_name}" if forced is not None else f"{row.architecture} has no such head"
+        notes.append(f"the checkpoint's {', '.join(dropped)} weights are not exported ({why})")
     provenance = {"kind": "pretrained", "seed": seed if random_heads else None, "random_heads": random_heads}
-    return Source(net.eval(), tokenizer, model_id, kind, revision, provenance)
+    return Source(net.eval(), tokenizer, model_id, kind, revision, provenance, row, notes)

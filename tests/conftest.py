@@ -249,14 +249,82 @@ def minilm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def minilm_export(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path
 ) -> Path:
-    """MiniLM's real weights exported with its NSP head seeded (``--allow-random-heads --seed 0``)."""
+    """MiniLM's real weights exported with its NSP head seeded (``--task next-sentence-prediction
+    --allow-random-heads --seed 0``): the pooler and NSP outputs the real-weights tests compare."""
     from bertonnx_export.pipeline import ExportOptions, run_export
 
     outdir = tmp_path_factory.mktemp("minilm-export") / "model"
-    options = ExportOptions(outdir=outdir, model=str(minilm_checkpoint), allow_random_heads=True, seed=MINILM_SEED)
+    options = ExportOptions(
+        outdir=outdir,
+        model=str(minilm_checkpoint),
+        allow_random_heads=True,
+        seed=MINILM_SEED,
+        task="next-sentence-prediction",
+    )
     with announce(request, "exporting the MiniLM checkpoint (real weights)"):
         run_export(options, log=lambda message: None)
     return outdir
+
+
+#: Seed of the sharpened token-classification and QA heads (see :func:`sharp_checkpoint`).
+SHARPEN_SEED = 7
+
+
+def sharp_checkpoint(architecture: str, directory: Path, seed: int = SHARPEN_SEED) -> Path:
+    """``tests/heads.py``'s tiny ``architecture`` checkpoint with unit LayerNorms and a N(0, 1) head (bias
+    N(0, 0.1)), saved to ``directory``. With the seeded 0.05-scale weights every token gets the same label at
+    ~0.2 probability, which tests nothing; sharpened, labels and spans differ from token to token. (A head
+    bias of exactly zero is avoided: the bf16 export then lost its output, see the ner-qa branch's note.)"""
+    import torch
+    import transformers
+
+    from .heads import build_tiny_checkpoint
+
+    build_tiny_checkpoint(architecture, directory)
+    model = getattr(transformers, architecture).from_pretrained(directory)
+    generator = torch.Generator().manual_seed(seed)
+    head = model.classifier if hasattr(model, "classifier") else model.qa_outputs
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("LayerNorm.bias"):
+                param.zero_()
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator))
+        head.bias.copy_(torch.randn(head.bias.shape, generator=generator) * 0.1)
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_ner_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sharpened ``BertForTokenClassification`` (labels O, B-/I-PER, B-/I-LOC)."""
+    return sharp_checkpoint("BertForTokenClassification", tmp_path_factory.mktemp("ner") / "checkpoint")
+
+
+@pytest.fixture(scope="session")
+def tiny_qa_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny sharpened ``BertForQuestionAnswering``."""
+    return sharp_checkpoint("BertForQuestionAnswering", tmp_path_factory.mktemp("qa") / "checkpoint")
+
+
+def _export_without_flags(checkpoint: Path, outdir: Path) -> Path:
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    run_export(ExportOptions(outdir=outdir, model=str(checkpoint)), log=lambda message: None)
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def tiny_ner_export(tmp_path_factory: pytest.TempPathFactory, tiny_ner_checkpoint: Path) -> Path:
+    """``tiny_ner_checkpoint`` exported without flags (every variant)."""
+    return _export_without_flags(tiny_ner_checkpoint, tmp_path_factory.mktemp("ner-export") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_qa_export(tmp_path_factory: pytest.TempPathFactory, tiny_qa_checkpoint: Path) -> Path:
+    """``tiny_qa_checkpoint`` exported without flags (every variant)."""
+    return _export_without_flags(tiny_qa_checkpoint, tmp_path_factory.mktemp("qa-export") / "model")
 
 
 #: Run in a subprocess: blocks torch/transformers/optimum, then imports every bertonnx module.

@@ -88,7 +88,7 @@ def test_export_subcommand_dispatches(tiny_checkpoint: Path, tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "bertonnx.json").is_file()
     cosines = re.findall(r"_min_cosine (\S+?)[,\s]", result.stdout)
-    assert len(cosines) == 2 * 3  # two variants, three outputs
+    assert len(cosines) == 2 * 4  # two variants, three outputs and the MLM head's logits
     assert all(re.fullmatch(r"\d\.\d{5}", c) for c in cosines), cosines
 
 

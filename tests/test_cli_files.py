@@ -251,7 +251,7 @@ def test_an_error_about_an_input_names_its_line(
     source.write_text("short\nshort too\n" + " ".join(["word"] * 600) + "\n")
     line = error_line(capsys, ["embed", str(tiny_export), "--input", str(source)])
     assert "input 2 has 602 tokens" in line
-    assert line.endswith(f"(input i is line i + 1 of {source})")
+    assert line.endswith(f"(input 2 is line 3 of {source})")  # the typed error says which input
 
 
 def test_embed_json_without_output_is_one_object(capsys: pytest.CaptureFixture[str], tiny_export: Path) -> None:

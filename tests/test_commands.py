@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from bertonnx.cli import COMMANDS, main
-from bertonnx.command import EXIT_INTERNAL, EXIT_USAGE, Command, Delegate, _load, run_command
-from bertonnx.extras import EXTRA_MODULES, TORCH_CPU_INDEX, TORCH_PIN, install_hint, missing_modules
+from bertonnx.command import EXIT_INTERNAL, EXIT_USAGE, Command, _load, run_command
+from bertonnx.extras import EXTRA_MODULES, TORCH_CPU_INDEX, TORCH_PIN, install_hint
 
 from .conftest import ROOT
 
@@ -26,6 +26,18 @@ pytestmark = pytest.mark.torch_free
 
 EXTRA_COMMANDS = ("export", "parity", "bench")
 TORCH_STACK = ("torch", "transformers", "optimum", "onnx", "matplotlib", "psutil")
+#: Every extra's modules: what a runtime-only install lacks.
+EXTRAS_STACK = (
+    *TORCH_STACK,
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "pydantic",
+    "prometheus_client",
+    "pyarrow",
+    "tqdm",
+    "ray",
+)
 
 
 def run_cli(*args: str, blocked: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
@@ -172,6 +184,16 @@ def test_expected_failures_are_one_line_with_exit_2(
     assert "Traceback" not in err
 
 
+def test_a_mistyped_option_comes_first_with_the_closest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """``batch --ouput``: one line naming the typo and the option meant, not the required options it misses."""
+    assert main(["batch", "DIR", "--ouput", "x.parquet"]) == EXIT_USAGE
+    assert one_line(capsys.readouterr().err) == (
+        "bertonnx batch: error: unrecognized arguments: --ouput (did you mean --output?); see `bertonnx batch --help`"
+    )
+    assert main(["serve", "DIR", "--max-queue-wai", "0", "--port", "99999"]) == EXIT_USAGE  # a prefix is argparse's
+    assert "argument --port: expected a port number 0-65535, got 99999" in one_line(capsys.readouterr().err)
+
+
 def _missing(module: str) -> bool:
     import importlib.util
 
@@ -215,19 +237,32 @@ def test_unknown_and_missing_commands(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_every_command_prints_its_usage_without_the_extras() -> None:
-    """``--help`` of every command, including export, parity and bench, with their modules unimportable."""
-    for name, entry in COMMANDS.items():
-        result = run_cli(name, "--help", blocked=TORCH_STACK)
-        if isinstance(entry, Delegate) and entry.extra and missing_modules(entry.extra):
-            assert result.returncode == EXIT_USAGE  # its parser needs its extra: the install hint instead
-            assert f"needs the {entry.extra} extra" in one_line(result.stderr)
-            continue
+    """``--help`` of every command, export, serve and batch included, with every extra's modules unimportable."""
+    for name in COMMANDS:
+        result = run_cli(name, "--help", blocked=EXTRAS_STACK)
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith(f"usage: bertonnx {name} "), result.stdout
-        if not isinstance(COMMANDS[name], Delegate):  # a Delegate's own parser (serve) has no --debug yet
-            assert "--debug" in result.stdout
-    overview = run_cli("--help", blocked=TORCH_STACK)
+        assert "--debug" in result.stdout
+    overview = run_cli("--help", blocked=EXTRAS_STACK)
     assert "export       export a BERT checkpoint" in overview.stdout
+    assert "serve        serve DIR over HTTP" in overview.stdout
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_takes_debug_and_a_parse_error_is_one_line_in_one_style(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """The same first line for every command's parse errors, and ``--debug`` (anywhere) adds the traceback."""
+    for argv in ([name, "--no-such-option"], [name, "DIR", "--no-such-option", "x", "y", "z", "w"]):
+        assert main(argv) == EXIT_USAGE
+        line = one_line(capsys.readouterr().err)
+        assert line.startswith(f"bertonnx {name}: error: "), line
+        assert line.endswith(f"; see `bertonnx {name} --help`"), line
+        assert "--no-such-option" in line or "required" in line, line
+        assert main(["--debug", *argv]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith("Traceback (most recent call last):"), err
+        assert err.rstrip().splitlines()[-1] == line
 
 
 @pytest.mark.parametrize(
@@ -263,6 +298,7 @@ def test_install_hints_work_from_an_index_and_from_a_clone() -> None:
         hint = install_hint(extra)
         assert f"-m pip install 'bertonnx[{extra}]'" in hint  # from an index
         assert f"-m pip install -e '.[{extra}]'" in hint  # from a clone
+        assert hint.index("-e '.[") < hint.index("'bertonnx["), hint  # the clone's first: it is not on an index
         assert hint.startswith(sys.executable)  # into the environment the command runs in
         if "torch" in EXTRA_MODULES[extra]:
             assert f"pip install {TORCH_PIN} --index-url {TORCH_CPU_INDEX}, then " in hint  # CPU build first

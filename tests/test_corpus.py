@@ -77,6 +77,43 @@ def test_txt_embed_keeps_blank_lines_as_rows_and_matches_embed(
     assert leftovers(tmp_path) == []
 
 
+def test_the_output_says_what_computed_it(
+    tiny_export: Path, model: BertOnnx, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parquet key-value metadata: bertonnx version, model, variant, precision, task and its settings, weights."""
+    from bertonnx import __version__
+    from bertonnx.corpus import read_metadata
+
+    source = tmp_path / "texts.txt"
+    source.write_text("one\ntwo\n", encoding="utf-8")
+    embedded, scored = tmp_path / "embed.parquet", tmp_path / "nsp.parquet"
+    code, _, err = run(capsys, tiny_export, "--input", source, "--output", embedded, "--pooling", "mean", "--normalize")
+    assert code == 0, err
+    expected = {
+        "version": __version__,
+        "model_id": str(model.manifest.data["source"]["model"]),
+        "model_dir": str(tiny_export.absolute()),
+        "variant": "fp32",
+        "precision": "f32",
+        "task": "embed",
+        "pooling": "mean",
+        "normalize": "true",
+        "truncate": "false",
+        "weights": "pretrained",  # the tiny checkpoint's weights were saved, not seeded by the export
+    }
+    assert read_metadata(embedded) == expected
+    raw = pq.read_schema(embedded).metadata  # what any Parquet reader sees
+    assert (raw[b"bertonnx.variant"], raw[b"bertonnx.version"]) == (b"fp32", __version__.encode())
+    pairs = write_jsonl(tmp_path / "pairs.jsonl", [{"text": "a", "pair": "b"}])
+    argv = ["--input", pairs, "--pair-column", "pair", "--output", scored, "--task", "nsp", "--variant", "int8"]
+    code, _, err = run(capsys, tiny_export, *argv, "--truncate")
+    assert code == 0, err
+    got = read_metadata(scored)
+    assert {k: got[k] for k in ("variant", "precision", "task", "pooling", "normalize", "truncate")} == {
+        "variant": "int8", "precision": "int8", "task": "nsp", "pooling": "", "normalize": "", "truncate": "true",
+    }  # fmt: skip
+
+
 def test_nsp_on_jsonl_pairs_matches_nsp(
     tiny_export: Path, model: BertOnnx, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -319,7 +356,7 @@ class Block:
             raise ImportError("no pyarrow here")
 sys.meta_path.insert(0, Block())
 try:
-    import bertonnx.corpus
+    from bertonnx.corpus import TaskOptions
 except ImportError as exc:
     print("IMPORT:", exc)
 sys.exit(bertonnx.cli.main(["batch", sys.argv[1], "--input", "x.txt", "--output", "y.parquet"]))

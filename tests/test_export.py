@@ -61,6 +61,8 @@ def test_tokenizer_has_nothing_baked_in(tiny_export: Path) -> None:
 FP32_EXPORT_FILES = {
     "bertonnx.json",
     "config.json",
+    "mlm_head.onnx",  # the MLM head of a BertForPreTraining checkpoint, a graph of its own
+    "mlm_head.onnx.data",
     "model.onnx",
     "model.onnx.data",
     "special_tokens_map.json",
@@ -239,11 +241,12 @@ def test_refuses_non_bert_config(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "model_type 'gpt2', not a BERT model" in err
 
 
-def test_refuses_checkpoint_without_nsp_head(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_refuses_bert_model_as_pretraining_without_heads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     ckpt = save_tiny_checkpoint(tmp_path / "bare", with_heads=False)
-    code, err = _cli(capsys, str(ckpt), str(tmp_path / "out"))
+    code, err = _cli(capsys, str(ckpt), str(tmp_path / "out"), "--task", "pretraining")
     assert code == ExportError.EXIT_REFUSED
-    assert "no trained nsp head" in err
+    assert "has no trained nsp or mlm head" in err
+    assert "for BertForPreTraining" in err
     assert "--allow-random-heads" in err
     assert not (tmp_path / "out").exists()
 
@@ -252,16 +255,19 @@ def test_random_heads_are_seeded_and_recorded(capsys: pytest.CaptureFixture[str]
     ckpt = save_tiny_checkpoint(tmp_path / "bare", with_heads=False)
     outs = []
     for name in ("a", "b"):
-        code, _ = _cli(capsys, str(ckpt), str(tmp_path / name), "--allow-random-heads", "--seed", "7")
+        args = ("--task", "pretraining", "--allow-random-heads", "--seed", "7", "--variants", "fp32")
+        code, _ = _cli(capsys, str(ckpt), str(tmp_path / name), *args)
         assert code == 0
         outs.append(json.loads((tmp_path / name / MANIFEST_FILE).read_text()))
     weights = outs[0]["weights"]
     assert weights["kind"] == "pretrained"
-    assert weights["random_heads"] == ["nsp"]
+    assert weights["random_heads"] == ["nsp", "mlm"]
     assert weights["seed"] == 7
     assert "RANDOM HEADS" in weights["note"]
+    assert outs[0]["task"]["heads"] == {"pooler": "trained", "nsp": "seeded", "mlm": "seeded"}
     # same seed, same head: the export is reproducible
     assert outs[0]["files"]["model.onnx"]["sha256"] == outs[1]["files"]["model.onnx"]["sha256"]
+    assert outs[0]["files"]["mlm_head.onnx.data"]["sha256"] == outs[1]["files"]["mlm_head.onnx.data"]["sha256"]
 
 
 def test_refuses_existing_outdir_unless_force(

@@ -80,6 +80,36 @@ def test_a_stale_build_folder_does_not_leak_into_the_wheel(clone: Path, tmp_path
     assert not (clone / "build").exists()
 
 
+def test_an_editable_install_is_not_shadowed_by_the_clone_folder(clone: Path, tmp_path: Path) -> None:
+    """From the folder holding the clone (named ``bertonnx``), ``import bertonnx`` is the package, not that folder.
+
+    The probe runs without the venv's site-packages and PYTHONPATH (``-S -E``): they may hold another bertonnx.
+    """
+    wheels, site_dir = tmp_path / "wheels", tmp_path / "site"
+    wheels.mkdir()
+    build = "import sys; sys.path.insert(0, 'tools'); from build_backend import build_editable; "
+    build += "print(build_editable(sys.argv[1]))"
+    result = subprocess.run([sys.executable, "-c", build, str(wheels)], cwd=clone, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    zipfile.ZipFile(wheels / result.stdout.strip().splitlines()[-1]).extractall(site_dir)  # what pip installs
+    probe = (
+        "import importlib.util, site, sys; site.addsitedir(sys.argv[1]); "
+        "print([str(importlib.util.find_spec(name).origin) for name in ('bertonnx', 'bertonnx_export')])"
+    )
+
+    def found() -> str:
+        run = subprocess.run(
+            [sys.executable, "-S", "-E", "-c", probe, str(site_dir)], cwd=clone.parent, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    assert clone.name == "bertonnx"
+    assert found() == str([str(clone / "bertonnx" / "__init__.py"), str(clone / "export" / "__init__.py")])
+    (site_dir / "__editable__.bertonnx-zz-finder-first.pth").unlink()  # setuptools' editable wheel alone:
+    assert found().startswith("['None'")  # the clone's folder wins, as a namespace package without BertOnnx
+
+
 @pytest.mark.torch_free
 def test_generic_names_are_not_importable_outside_the_repository(tmp_path: Path) -> None:
     code = (

@@ -56,7 +56,15 @@ MARKER = re.compile(r"^<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 FENCE = re.compile(r"^```(?P<language>[\w+-]*)\s*$")
 HEADING = re.compile(r"^#+\s+(?P<title>.+)$")
 #: models=NAME[:EXPORT]: the session fixture behind each EXPORT, and the default EXPORT of each NAME.
-EXPORT_FIXTURES = {"tiny": "tiny_export", "bert-base": "bert_base_export", "minilm": "minilm_export"}
+EXPORT_FIXTURES = {
+    "tiny": "tiny_export",
+    "bert-base": "bert_base_export",
+    "minilm": "minilm_export",
+    "tiny-classifier": "tiny_classifier_export",
+    "tiny-reranker": "tiny_reranker_export",
+    "ner": "tiny_ner_export",
+    "qa": "tiny_qa_export",
+}
 DEFAULT_EXPORTS = {"bert-base-uncased": "bert-base", "minilm": "minilm"}
 #: Exports the runtime-only venv has (prebuilt, see conftest); a block needing another is not torch-free.
 TORCH_FREE_EXPORTS = ("tiny", "bert-base")
@@ -272,6 +280,30 @@ class ReadmeServers:
             if code != 0:
                 problems.append(f"bertonnx serve models/{name} exited {code} after SIGTERM (expected 0)")
         return problems
+
+
+def _tiny_head_export(tmp_path_factory: pytest.TempPathFactory, name: str, **spec: object) -> Path:
+    """A tiny seeded ``BertForSequenceClassification`` checkpoint (``tests/heads.py``) exported (fp32)."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    from .heads import build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp(name)
+    checkpoint = build_tiny_checkpoint("BertForSequenceClassification", root / "checkpoint", **spec)  # type: ignore[arg-type]
+    run_export(ExportOptions(outdir=root / "model", model=str(checkpoint), variants=("fp32",)), log=lambda m: None)
+    return root / "model"
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's ``models/sentiment``: three labels (negative, neutral, positive)."""
+    return _tiny_head_export(tmp_path_factory, "readme-classifier")
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's ``models/reranker``: a one-logit cross-encoder."""
+    return _tiny_head_export(tmp_path_factory, "readme-reranker", num_labels=1)
 
 
 @pytest.fixture(scope="session")

@@ -114,8 +114,8 @@ def test_batched_equals_one_at_a_time_in_callers_order(model: BertOnnx) -> None:
 def test_generator_input_spanning_several_windows(model: BertOnnx, monkeypatch: pytest.MonkeyPatch) -> None:
     texts, _ = mixed_inputs(300, seed=3)
     whole = model.embed(texts, max_batch_tokens=16384)
-    monkeypatch.setattr("bertonnx.model.SORT_WINDOW_TOKENS", 200)  # a window every few texts
-    monkeypatch.setattr("bertonnx.model.TOKENIZE_CHUNK_TEXTS", 7)
+    monkeypatch.setattr("bertonnx.driver.SORT_WINDOW_TOKENS", 200)  # a window every few texts
+    monkeypatch.setattr("bertonnx.driver.TOKENIZE_CHUNK_TEXTS", 7)
     from_list = model.embed(texts, batch_size=2)
     from_generator = model.embed((t for t in texts), batch_size=2, max_batch_tokens=64)
     assert from_generator.shape == (len(texts), 32)

@@ -476,13 +476,24 @@ def test_kserve_bad_binary_header_and_nesting_are_422(server: Server) -> None:
         check_error(client.post(f"/v2/models/{name}/infer", json={"inputs": [huge]}), 422, "validation", "INT64")
 
 
+def read_until_closed(sock: socket.socket, limit: int = 1 << 20) -> str:
+    """Everything the server sends until it closes the connection (at most ``limit`` bytes)."""
+    data = b""
+    while len(data) < limit:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
 def test_a_stalled_body_gets_408_and_does_not_hold_the_drain(tmp_path: Path, tiny_export: Path) -> None:
     server = Server(tiny_export, tmp_path / "server.log", "--request-timeout", "1", "--drain-timeout", "20")
     try:
         with socket.create_connection((HOST, server.port), timeout=10) as sock:
             sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 27\r\n\r\n{\"inputs\": ")  # fmt: skip
-            answer = sock.recv(65536).decode()  # the server answers once the body is 1 s late
+            answer = read_until_closed(sock)  # the server answers once the body is 1 s late, then closes
         assert answer.startswith("HTTP/1.1 408"), answer
         assert '"error_type": "request_timeout"' in answer
         # a drain does not wait for a body that is still on its way: it answers 503 and exits 0 at once
@@ -538,9 +549,11 @@ def test_429_with_retry_after_when_the_queue_is_full(held: Server) -> None:
         first = pool.submit(httpx.post, f"{held.url}/embed", json={"inputs": ["a", "b", "c"]}, timeout=30)
         held.wait_for(lambda: held.metric("bertonnx_queue_depth") == 3, "3 queued inputs")
         refused = client.post("/embed", json={"inputs": ["d", "e"]})
-        body = check_error(refused, 429, "overloaded", "the queue is full (3 inputs waiting, --max-queue 4)")
+        body = check_error(refused, 429, "overloaded", "the queue is full (3 inputs waiting, max_queue 4)")
         assert int(refused.headers["retry-after"]) >= 1
         assert f"retry after {refused.headers['retry-after']} s" in body["error"]
+        # refused before it is tokenized: an input that tokenization would refuse (422) gets the 429
+        check_error(client.post("/embed", json={"inputs": [LONG_TEXT] * 2}), 429, "overloaded", "max_queue 4")
         check_error(first.result(timeout=30), 504, "timeout", "--request-timeout 2 s")  # held past its deadline
 
 
@@ -727,19 +740,57 @@ def test_serve_refuses_a_bad_directory_or_option_before_binding(tmp_path: Path, 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--request-timeout", "nan"], "request_timeout must be a finite number"),
-        (["--batch-wait-ms", "inf"], "batch_wait_ms must be a finite number"),
-        (["--api-key", ""], "api_key must be a non-empty str"),
-        (["--port", "abc"], "argument --port: invalid int value"),
+        (["--request-timeout", "nan"], "argument --request-timeout: input should be a finite number, got nan"),
+        (["--batch-wait-ms", "inf"], "argument --batch-wait-ms: input should be a finite number, got inf"),
+        (["--api-key", ""], "argument --api-key: string should have at least 1 character, got ''"),
+        (["--port", "abc"], "argument --port: expected a port number 0-65535, got 'abc'"),
+        (["--port", "99999"], "argument --port: expected a port number 0-65535, got 99999"),
         (["--host", "not-a-host.invalid"], "--host 'not-a-host.invalid' is not an address"),
+        (["--write-timeout", "0"], "argument --write-timeout: input should be greater than 0"),
+        (["--max-url-bytes", "65536"], "max_url_bytes (65536) must be <= max_header_bytes (32768)"),
+        (["--max-response-bytes", "-5"], "argument --max-response-bytes: input should be greater than or equal to 1"),
     ],
 )
 def test_bad_serve_options_are_one_line_exit_2(tiny_export: Path, args: list[str], message: str) -> None:
     command = [sys.executable, "-m", "bertonnx.cli", "serve", str(tiny_export), "--port", str(free_port()), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("bertonnx serve: error: "), result.stderr  # every command's style
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_serve_and_serve_ray_build_their_options_in_one_place(
+    monkeypatch: pytest.MonkeyPatch, tiny_export: Path
+) -> None:
+    """``bertonnx serve DIR --ray --max-queue-wait 0`` runs, with 0 meaning no limit as documented."""
+    import bertonnx.serve.ray_serve as ray_serve
+    from bertonnx.cli import main as bertonnx_main
+    from bertonnx.command import optional_address_argv
+    from bertonnx.serve import ServeOptions
+    from bertonnx.serve.arguments import serve_options
+    from bertonnx.serve.cli import SERVE_COMMAND
+
+    started: list[tuple[str, str | None, ServeOptions]] = []
+
+    def deployed(args: Any, options: ServeOptions) -> int:  # stands in for Ray: what it would deploy
+        started.append((args.model_dir, args.ray, options))
+        return 0
+
+    monkeypatch.setattr(ray_serve, "serve_on_ray", deployed)
+    for ray in (["--ray"], ["--ray", "auto"]):
+        argv = ["serve", *ray, str(tiny_export), "--max-queue-wait", "0", "--max-batch-requests", "0"]
+        assert bertonnx_main(argv) == 0
+        model_dir, address, options = started.pop()
+        assert model_dir == str(tiny_export)  # a bare --ray did not take DIR for its address
+        assert address == (ray[1] if len(ray) > 1 else "")  # "": start a local cluster
+        assert (options.max_queue_wait, options.max_batch_requests) == (None, None)
+    plain = SERVE_COMMAND.parser().parse_intermixed_args(
+        optional_address_argv([str(tiny_export), "--max-queue-wait", "0"])
+    )
+    assert plain.ray is None
+    assert serve_options(plain).max_queue_wait is None
+    assert serve_options(SERVE_COMMAND.parser().parse_intermixed_args([str(tiny_export)])) == ServeOptions()
 
 
 def test_a_taken_port_or_a_file_for_a_directory_is_one_line(tmp_path: Path, tiny_export: Path) -> None:

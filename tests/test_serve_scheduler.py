@@ -9,6 +9,7 @@ before it), where a shortest-first policy starves a long input indefinitely.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from pathlib import Path
 
@@ -17,12 +18,14 @@ import pytest
 
 from bertonnx import BertOnnx
 from bertonnx.batching import BatchLimits
-from bertonnx.serve.engine import EMBED, GRAPH, NSP, Engine, Task, Work
-from bertonnx.serve.errors import ServeError
+from bertonnx.errors import EngineError, ShuttingDownError
+from bertonnx.serve.engine import Engine, Work
+from bertonnx.serve.errors import from_core
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
 from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
+from bertonnx.tasks import Embed, Graph, Nsp
 
 ATOL = 1e-5
 
@@ -171,7 +174,7 @@ class Recorder:
 
 
 def work(length: int) -> Work:
-    return Work([101] * length, [0] * length, Task(NSP))
+    return Work([101] * length, [0] * length, Nsp("logits"))
 
 
 def run(coro):  # type: ignore[no-untyped-def]
@@ -264,7 +267,7 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=4, batch_wait_s=5.0)
         scheduler.start()
         scheduler.submit([work(3)] * 3, deadline=1e12)
-        with pytest.raises(QueueFull, match=r"3 inputs waiting, --max-queue 4") as full:
+        with pytest.raises(QueueFull, match=r"3 inputs waiting, max_queue 4") as full:
             scheduler.submit([work(3)] * 2, deadline=1e12)
         assert full.value.retry_after == 1  # nothing has run yet
         scheduler._recent.extend([(10, 2.0), (10, 2.0)])  # 5 inputs/s measured
@@ -282,10 +285,11 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.start()
         scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
         assert scheduler.queued_seconds() is None
-        scheduler._recent_tokens.extend([(500, 1.0), (1500, 1.0)])  # 1000 tokens/s measured
+        scheduler.cost.observe(500, 1.0)  # 1000 tokens/s measured over both
+        scheduler.cost.observe(1500, 1.0)
         assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
         scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
-        with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, --max-queue-wait 2 s"):
+        with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, max_queue_wait 2 s"):
             scheduler.submit([work(400), work(400)], deadline=1e12)  # 2.1 s
         with pytest.raises(QueueFull) as full:
             scheduler.submit([work(500)] * 8, deadline=1e12)  # 5.3 s: retry once 3.3 s have drained
@@ -296,9 +300,9 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     async def empty_queue() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=0.1)
         scheduler.start()
-        scheduler._recent_tokens.append((10, 1.0))  # 10 tokens/s: one 512-token input is 51 s of work
+        scheduler.cost.observe(10, 1.0)  # counted as 256 tokens/s: one 512-token input is 2 s of work
         scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
-        with pytest.raises(QueueFull, match=r"--max-queue-wait 0\.1 s"):
+        with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
             scheduler.submit([work(2)], deadline=1e12)
         await scheduler.stop()
 
@@ -313,9 +317,9 @@ def test_stop_answers_queued_requests_with_503() -> None:
         ticket = scheduler.submit([work(3)], deadline=1e12)
         await asyncio.sleep(0.05)
         await scheduler.stop()
-        with pytest.raises(ServeError, match="shutting down") as error:
+        with pytest.raises(ShuttingDownError, match="shutting down") as error:
             ticket.future.result()
-        assert error.value.status == 503
+        assert from_core(error.value).status == 503
 
     run(scenario())
 
@@ -333,8 +337,9 @@ def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on() -> None:
         scheduler = Scheduler(flaky, BatchLimits(), max_queue=10)
         scheduler.start()
         first = scheduler.submit([work(3)], deadline=1e12)
-        with pytest.raises(ServeError, match="engine exploded"):
+        with pytest.raises(EngineError, match="engine exploded") as error:
             await first.future
+        assert from_core(error.value).status == 500
         assert await scheduler.submit([work(4)], deadline=1e12).future == [0]
         await scheduler.stop()
 
@@ -345,34 +350,38 @@ def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on() -> None:
 
 
 def test_serve_options_are_validated() -> None:
+    """pydantic checks every field (strict types, finite numbers, ranges); each problem names its field."""
     assert ServeOptions().limits == BatchLimits(2048, 256)
+    assert dataclasses.replace(ServeOptions(), model_name="m").model_name == "m"  # revalidated, still frozen
     with pytest.raises(ValueError, match=r"max_queue \(8\) must be >= max_client_batch_size \(32\)"):
         ServeOptions(max_queue=8)
     with pytest.raises(ValueError, match="pooling must be one of pooler, cls, mean"):
         ServeOptions(pooling="max")
-    with pytest.raises(ValueError, match="request_timeout must be > 0"):
+    with pytest.raises(ValueError, match=r"request_timeout\n  Input should be greater than 0"):
         ServeOptions(request_timeout=0)
-    with pytest.raises(TypeError, match="max_queue must be an int"):
+    with pytest.raises(ValueError, match=r"max_queue\n  Input should be a valid integer"):
         ServeOptions(max_queue=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_batch_tokens must be >= 1"):
         ServeOptions(max_batch_tokens=0)
-    with pytest.raises(ValueError, match="api_key must be a non-empty str"):
+    with pytest.raises(ValueError, match=r"api_key\n  String should have at least 1 character"):
         ServeOptions(api_key="")
     assert ServeOptions().max_queue_wait == 20.0
     assert ServeOptions(max_queue_wait=None).max_queue_wait is None
-    with pytest.raises(ValueError, match=r"max_queue_wait must be finite and > 0 seconds, or None \(no limit\); got 0"):
+    with pytest.raises(ValueError, match=r"max_queue_wait\n  Input should be greater than 0"):
         ServeOptions(max_queue_wait=0)
     for bad in (float("inf"), float("nan")):
-        with pytest.raises(ValueError, match=f"max_queue_wait must be finite and > 0 seconds.*got {bad}"):
+        with pytest.raises(ValueError, match=r"max_queue_wait\n  Input should be a finite number"):
             ServeOptions(max_queue_wait=bad)
-    with pytest.raises(TypeError, match="max_queue_wait must be a number or None"):
+    with pytest.raises(ValueError, match=r"max_queue_wait\n  Input should be a valid number"):
         ServeOptions(max_queue_wait="5")  # type: ignore[arg-type]
     assert ServeOptions().max_batch_requests is None
     assert ServeOptions(max_batch_requests=1).max_batch_requests == 1
-    with pytest.raises(ValueError, match=r"max_batch_requests must be >= 1 \(1: one request per engine run\)"):
+    with pytest.raises(ValueError, match=r"max_batch_requests\n  Input should be greater than or equal to 1"):
         ServeOptions(max_batch_requests=0)
-    with pytest.raises(TypeError, match="max_batch_requests must be an int or None"):
+    with pytest.raises(ValueError, match=r"max_batch_requests\n  Input should be a valid integer"):
         ServeOptions(max_batch_requests=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"auto_truncate\n  Input should be a valid boolean"):
+        ServeOptions(auto_truncate=1)  # type: ignore[arg-type]
 
 
 def test_protocol_pooling_lists_the_runtime_modes() -> None:
@@ -393,13 +402,13 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     singles = model.encode(TEXTS)
     pairs = model.encode([a for a, _ in PAIRS], [b for _, b in PAIRS])
     tasks = [
-        Task(EMBED, pooling="pooler"),
-        Task(EMBED, pooling="mean", normalize=True),
-        Task(EMBED, pooling="cls"),
-        Task(GRAPH, outputs=("last_hidden_state", "nsp_logits")),
+        Embed("pooler"),
+        Embed("mean", normalize=True),
+        Embed("cls"),
+        Graph(("last_hidden_state", "nsp_logits")),
     ]
     works = [Work(e.ids, e.type_ids, task) for e, task in zip(singles, tasks, strict=True)]
-    works += [Work(e.ids, e.type_ids, Task(NSP)) for e in pairs]
+    works += [Work(e.ids, e.type_ids, Nsp("logits")) for e in pairs]
     answers = engine.run(works)
     np.testing.assert_allclose(answers[0], model.embed(TEXTS[0], "pooler")[0], atol=ATOL)
     np.testing.assert_allclose(answers[1], model.embed(TEXTS[1], "mean", normalize=True)[0], atol=ATOL)
@@ -413,4 +422,4 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     nsp = model([a for a, _ in PAIRS], [b for _, b in PAIRS]).nsp_logits
     np.testing.assert_allclose(np.stack(answers[4:]), nsp, atol=ATOL)
     with pytest.raises(ValueError, match="unknown pooling 'max'"):
-        Task(EMBED, pooling="max")
+        Embed("max")

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from bertonnx.command import ArgumentParser, Command, CommandError, run_command
+from bertonnx.exit_codes import EXIT_INCORRECT, EXIT_OK
 
 from ..corpus import DEFAULT_CORPUS_SEED
 from ..machine import cpu_facts, now_utc, versions
@@ -41,7 +42,6 @@ from .harness import ServerProcess, run_module
 from .stats import DONE, SCHEDULED, STATUS, batch_figures, server_figures, summarize
 from .workload import build_requests, probe_request, write_requests
 
-EXIT_OK, EXIT_INCORRECT = 0, 3
 PRECISIONS = {"fp32": "fp32", "bf16": "bf16"}
 SECTIONS = ("offline", "closed", "open", "overload", "batching-off", "soak")
 DEFAULT_OUT = Path("bertonnx-bench-serve")

@@ -1,7 +1,10 @@
 """``bertonnx batch``: a corpus job on this machine, or on a Ray cluster with ``--ray``.
 
-Options may come before or after ``DIR`` (``parse_intermixed_args``). Every failure prints one line
-naming the problem and the fix and exits 2; nothing is written then.
+A :class:`~bertonnx.command.Command` like every other: options anywhere, one line naming the problem and
+the fix for every failure (exit 2; nothing is written then), ``--debug`` for the traceback. This module
+imports no pyarrow, so ``--help`` and parse errors work without the batch extra, which
+:func:`~bertonnx.command.run_command` checks before running. :func:`task_options` is the one place the
+arguments become :class:`~bertonnx.corpus.compute.TaskOptions`.
 """
 
 from __future__ import annotations
@@ -10,32 +13,33 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
-from ..errors import ModelDirectoryError
+from ..command import ArgumentParser, Command, CommandError, optional_address_argv, positive_int, run_command
+from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
-from .compute import ON_ERROR_MODES, TASKS, TaskOptions
-from .errors import BadRowError, CorpusFileError
-from .job import JobSummary, run_local_job
+from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from .tasks import ON_ERROR_MODES, TASKS
 
-__all__ = ["build_parser", "main"]
+if TYPE_CHECKING:
+    from .compute import TaskOptions
+    from .job import JobSummary
 
-EXIT_OK = 0
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
+__all__ = ["BATCH_COMMAND", "main", "task_options"]
+
+EPILOG = (
+    "Multi-machine: `ray start --head` on one node, `ray start --address HEAD:6379` on the others, then "
+    "`bertonnx batch ... --ray auto` on the driver. Paths must be readable (input, model) and writable (output) "
+    "at the same place on every node."
+)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bertonnx batch",
-        description="Embed or score a corpus file into Parquet: one row per input row, with its id (row number).",
-        epilog="Multi-machine: `ray start --head` on one node, `ray start --address HEAD:6379` on the others, "
-        "then `bertonnx batch ... --ray auto` on the driver. Paths must be readable (input, model) and "
-        "writable (output) at the same place on every node.",
-    )
+def _arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
     parser.add_argument("--input", required=True, metavar="FILE", help=".txt (one text a line), .jsonl, .csv, .parquet")
     parser.add_argument(
@@ -46,10 +50,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
-    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode)")
+    parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
     parser.add_argument("--truncate", action="store_true", help="cut inputs longer than the model takes")
+    parser.add_argument(
+        "--aggregation-strategy",
+        choices=AGGREGATION_STRATEGIES,
+        default="simple",
+        help="tag: none (every token), simple (B-/I- grouped), first/average/max (one label per word); default simple",
+    )
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="tag: tag rows over the model's 512 tokens in windows sharing this many tokens (else they are bad rows)",
+    )
+    parser.add_argument(
+        "--ignore-label",
+        action="append",
+        metavar="LABEL",
+        help="tag: leave LABEL out (repeatable; default O); --ignore-label '' keeps every label",
+    )
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_MODES,
@@ -57,28 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="a bad row (null, not a string, too long): stop the job (default) or skip it to the rejects file",
     )
     parser.add_argument("--variant", default=DEFAULT_VARIANT, help=f"model variant (default {DEFAULT_VARIANT})")
-    parser.add_argument("--threads", type=int, help="local job: intra-op threads (default: physical cores)")
+    parser.add_argument("--threads", type=positive_int, help="local job: intra-op threads (default: physical cores)")
     parser.add_argument(
         "--max-batch-tokens",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_BATCH_TOKENS,
         help=f"padded tokens (longest x count) per run (default {DEFAULT_MAX_BATCH_TOKENS})",
     )
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=DEFAULT_MAX_BATCH_SIZE,
         help=f"inputs per run (default {DEFAULT_MAX_BATCH_SIZE})",
     )
     parser.add_argument(
         "--chunk-size",
-        type=int,
+        type=positive_int,
         metavar="ROWS",
         help="rows sorted by length together; bounds memory (default 2048, 256 for encode)",
     )
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, help="default: on a terminal")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    ray = parser.add_argument_group("Ray")
+    ray = parser.add_argument_group("Ray (the ray extra)")
     ray.add_argument(
         "--ray",
         nargs="?",
@@ -86,58 +108,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="run on Ray: no ADDRESS starts a local cluster; `auto`, HOST:PORT or ray://HOST:PORT joins one",
     )
-    ray.add_argument("--actors", type=int, help="actors (default: the cluster's CPUs / threads per actor)")
+    ray.add_argument("--actors", type=positive_int, help="actors (default: the cluster's CPUs / threads per actor)")
     ray.add_argument(
-        "--threads-per-actor", type=int, default=1, help="onnxruntime threads = CPUs Ray reserves per actor (default 1)"
+        "--threads-per-actor",
+        type=positive_int,
+        default=1,
+        help="onnxruntime threads = CPUs Ray reserves per actor (default 1)",
     )
-    return parser
 
 
-def _ray_argv(argv: list[str]) -> list[str]:
-    """``--ray`` takes an ADDRESS only when the next word looks like one (``auto`` or with a ``:``), so
-    ``bertonnx batch --ray DIR ...`` keeps DIR as the model directory."""
-    out = []
-    for i, word in enumerate(argv):
-        following = argv[i + 1] if i + 1 < len(argv) else ""
-        if word == "--ray" and not (following == "auto" or ":" in following):
-            word = "--ray="
-        out.append(word)
-    return out
+def task_options(args: argparse.Namespace) -> TaskOptions:
+    """The :class:`TaskOptions` the parsed arguments ask for (the one place arguments become options)."""
+    from .compute import TaskOptions
 
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # unwinds through the writers, which delete their temp files
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``bertonnx batch``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_intermixed_args(_ray_argv(argv))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if _main_thread() else None
-    try:
-        summary = _run(args)
-    except (CorpusFileError, BadRowError, ModelDirectoryError, ValueError, TypeError, ImportError) as exc:
-        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "batch"
-        print(f"error ({kind}): {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("interrupted: no output written (the previous output, if any, is unchanged)", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.text())
-    return EXIT_OK
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def _run(args: argparse.Namespace) -> JobSummary:
-    options = TaskOptions(
+    return TaskOptions(
         args.task,
         args.pooling,
         args.normalize,
@@ -145,14 +129,40 @@ def _run(args: argparse.Namespace) -> JobSummary:
         args.on_error,
         max_batch_tokens=args.max_batch_tokens,
         batch_size=args.batch_size,
+        aggregation_strategy=args.aggregation_strategy,
+        stride=args.stride,
+        ignore_labels=tuple(label for label in args.ignore_label or DEFAULT_IGNORE_LABELS if label),
     )
-    for name in ("chunk_size", "actors", "threads_per_actor", "threads"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # unwinds through the writers, which delete their temp files
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the job; print its summary (``--json``: as JSON). Ctrl-C or SIGTERM leaves no output behind."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    try:
+        summary = _run(args)
+    except KeyboardInterrupt:
+        raise CommandError(
+            "interrupted: no output written (the previous output, if any, is unchanged)", EXIT_INTERRUPTED
+        ) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.text())
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> JobSummary:
+    options = task_options(args)
     if args.ray is None:
         if args.actors is not None:
-            raise ValueError("--actors needs --ray; without it the job runs in this process (use --threads)")
+            raise CommandError("--actors needs --ray; without it the job runs in this process (use --threads)")
+        from .job import run_local_job
+
         return run_local_job(
             args.model_dir,
             args.input,
@@ -181,6 +191,23 @@ def _run(args: argparse.Namespace) -> JobSummary:
         chunk_rows=args.chunk_size,
         progress=args.progress,
     )
+
+
+BATCH_COMMAND = Command(
+    "batch",
+    "embed or score a corpus file into Parquet, locally or on Ray (--ray)",
+    _arguments,
+    run,
+    extra="batch",
+    description="Embed or score a corpus file into Parquet: one row per input row, with its id (row number).",
+    epilog=EPILOG,
+    rewrite_argv=optional_address_argv,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bertonnx batch ARGS``; returns the exit code (one line on stderr for an expected failure)."""
+    return run_command(BATCH_COMMAND, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -8,22 +8,40 @@ batching rule of bertonnx), then results go back to input order.
 Output columns: ``id`` (int64), ``n_tokens`` (int32, including ``[CLS]``/``[SEP]``), then per task:
 ``embed`` -> ``embedding`` (fixed-size list of float32, hidden); ``nsp`` -> ``is_next_probability``
 (float32); ``encode`` -> ``last_hidden_state`` (list of ``n_tokens`` fixed-size float32 lists: valid
-tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2).
+tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2); ``classify`` -> ``label`` (string: the
+top label of the checkpoint's classifier) and ``score`` (float32, scored as
+``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of
+``{label, score, word, start, end}`` structs per row: :meth:`bertonnx.BertOnnx.tag`'s entities, ``label``
+being the pipeline's ``entity_group``, or ``entity`` with aggregation ``none``; ``start``/``end`` character
+offsets into the row's text). A ``tag`` row longer than the model's positions is tagged in windows when
+``stride`` is set, else rejected like any over-long row.
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
 
-from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits, make_batch, plan_batches
+from .. import driver
+from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
+from ..errors import HeadMissingError
+from ..manifest import Manifest
 from ..model import BertOnnx
-from ..outputs import POOLING_MODES, is_next_probability, pool, pooling_outputs
+from ..tasks import POOLING_MODES, Embed, Graph, Nsp
+from ..tasks.classify import Classify, default_function
+from ..tasks.tag import (
+    AGGREGATION_STRATEGIES,
+    DEFAULT_IGNORE_LABELS,
+    Tag,
+    check_ignore_labels,
+    merge_entities,
+    tag_windows,
+)
 from .errors import BadRowError
+from .tasks import ON_ERROR_MODES, TASKS
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
@@ -34,18 +52,33 @@ __all__ = [
     "TASKS",
     "ChunkResult",
     "TaskOptions",
+    "check_model_task",
     "compute_rows",
     "default_chunk_rows",
     "output_schema",
 ]
 
-TASKS = ("embed", "nsp", "encode")
-ON_ERROR_MODES = ("stop", "skip")
+#: Tasks that need a head of the export (checked against its manifest before any row is read).
+HEAD_TASKS = ("nsp", "classify", "tag")
+#: One entity of the ``tag`` task's ``entities`` column.
+ENTITY_TYPE = pa.struct(
+    [
+        ("label", pa.string()),
+        ("score", pa.float32()),
+        ("word", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+    ]
+)
 #: Rows sorted together (the sorting window) for embed and nsp: wide enough that length sorting pays.
 DEFAULT_CHUNK_ROWS = 2048
 #: encode keeps every token's hidden state: a smaller window bounds memory (256 x 512 x 768 x 4 B = 400 MB
 #: at worst for bert-base).
 ENCODE_CHUNK_ROWS = 256
+
+
+#: An output column's values for the computed rows (see :class:`ChunkResult`).
+Columns = np.ndarray | list[np.ndarray] | list[list[dict[str, Any]]]
 
 
 def default_chunk_rows(task: str) -> int:
@@ -59,16 +92,21 @@ class TaskOptions:
 
     Attributes:
         task: ``embed`` (one vector per text), ``nsp`` (probability that the pair's second sentence
-            follows the first) or ``encode`` (the three graph outputs).
+            follows the first), ``encode`` (the three graph outputs) or ``classify`` (the top label of the
+            checkpoint's classifier and its score; texts or pairs).
         pooling: for ``embed``: ``pooler``, ``cls`` or ``mean``.
         normalize: for ``embed``: scale vectors to unit L2 norm.
         truncate: cut inputs longer than the model's positions instead of rejecting them.
         on_error: ``stop`` (raise :class:`BadRowError` on the first bad row) or ``skip`` (reject the row).
         max_batch_tokens: padded tokens per ``session.run``.
         batch_size: inputs per ``session.run``.
+        aggregation_strategy: for ``tag``: ``none``, ``simple``, ``first``, ``average`` or ``max``.
+        stride: for ``tag``: tag rows longer than the model's positions in windows sharing this many tokens
+            (``None``: such rows are rejected).
+        ignore_labels: for ``tag``: labels left out.
 
     Raises:
-        ValueError: an unknown task, pooling or on_error, or a limit below 1.
+        ValueError: an unknown task, pooling, on_error or aggregation strategy, or a limit below 1.
     """
 
     task: str = "embed"
@@ -78,6 +116,9 @@ class TaskOptions:
     on_error: str = "stop"
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     batch_size: int = DEFAULT_MAX_BATCH_SIZE
+    aggregation_strategy: str = "simple"
+    stride: int | None = None
+    ignore_labels: tuple[str, ...] = DEFAULT_IGNORE_LABELS
     limits: BatchLimits = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -85,10 +126,26 @@ class TaskOptions:
             ("task", self.task, TASKS),
             ("pooling", self.pooling, POOLING_MODES),
             ("on_error", self.on_error, ON_ERROR_MODES),
+            ("aggregation_strategy", self.aggregation_strategy, AGGREGATION_STRATEGIES),
         ):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.stride is not None and (isinstance(self.stride, bool) or not isinstance(self.stride, int)):
+            raise TypeError(f"stride must be an int or None, got {type(self.stride).__name__}")
+        if self.stride is not None and self.stride < 0:
+            raise ValueError(f"stride must be >= 0, got {self.stride}")
+        object.__setattr__(self, "ignore_labels", check_ignore_labels(self.ignore_labels))
         object.__setattr__(self, "limits", BatchLimits(self.max_batch_tokens, self.batch_size))
+
+
+def check_model_task(manifest: Manifest, task: str) -> None:
+    """Check that the export offers ``task``'s head (nsp, classify).
+
+    Raises:
+        HeadMissingError: it does not; the message names what the export has.
+    """
+    if task in HEAD_TASKS and task not in manifest.tasks:
+        raise HeadMissingError.for_task(task, manifest.architecture, manifest.tasks, manifest.num_labels)
 
 
 def output_schema(task: str, hidden_size: int) -> pa.Schema:
@@ -103,12 +160,16 @@ def output_schema(task: str, hidden_size: int) -> pa.Schema:
         fields.append(("embedding", vector))
     elif task == "nsp":
         fields.append(("is_next_probability", pa.float32()))
+    elif task == "classify":
+        fields += [("label", pa.string()), ("score", pa.float32())]
     elif task == "encode":
         fields += [
             ("last_hidden_state", pa.list_(vector)),
             ("pooler_output", vector),
             ("nsp_logits", pa.list_(pa.float32(), 2)),
         ]
+    elif task == "tag":
+        fields.append(("entities", pa.list_(ENTITY_TYPE)))
     else:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     return pa.schema(fields)
@@ -123,13 +184,14 @@ class ChunkResult:
         reasons: ``[n]``, ``None`` for a computed row, else why it was rejected.
         n_tokens: ``[n]`` int32, 0 for rejected rows.
         columns: output column -> values of the computed rows (in input order): ``[m, ...]`` float32
-            arrays, or for ``last_hidden_state`` a list of ``[n_tokens, hidden]`` arrays.
+            arrays, for ``last_hidden_state`` a list of ``[n_tokens, hidden]`` arrays, for ``entities`` a
+            list of lists of entity dicts.
     """
 
     ids: np.ndarray
     reasons: list[str | None]
     n_tokens: np.ndarray
-    columns: dict[str, np.ndarray | list[np.ndarray]]
+    columns: dict[str, Columns]
 
     @property
     def ok(self) -> np.ndarray:
@@ -157,12 +219,34 @@ class ChunkResult:
             pa.array(self.n_tokens if mask is None else self.n_tokens[mask], type=pa.int32()),
         ]
         for column in schema.names[2:]:
-            arrays.append(_column(self.columns[column], schema.field(column).type, ok, keep_rejected, nulls))
+            values, kind = self.columns[column], schema.field(column).type
+            if column == "entities":
+                arrays.append(_entity_column(cast("list[list[dict[str, Any]]]", values), kind, ok, keep_rejected))
+            else:
+                arrays.append(_column(cast("np.ndarray | list[np.ndarray]", values), kind, ok, keep_rejected, nulls))
         table = pa.Table.from_arrays(arrays, schema=schema)
         assert table.num_rows == rows
         if keep_rejected:
             table = table.append_column("error", pa.array(self.reasons, type=pa.string()))
         return table
+
+
+def _entity_row(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"label": e.get("entity_group", e.get("entity")), **{k: e[k] for k in ("score", "word", "start", "end")}}
+        for e in found
+    ]
+
+
+def _entity_column(
+    values: list[list[dict[str, Any]]], kind: pa.DataType, ok: np.ndarray, keep_rejected: bool
+) -> pa.Array:
+    """tag's entities as a list-of-structs column; with ``keep_rejected``, null rows where ``ok`` is False."""
+    rows = [_entity_row(found) for found in values]
+    if keep_rejected:
+        computed = iter(rows)
+        return pa.array([next(computed) if good else None for good in ok], type=kind)
+    return pa.array(rows, type=kind)
 
 
 def _column(
@@ -184,6 +268,12 @@ def _column(
         flat = np.concatenate(values).reshape(-1) if values else np.zeros(0, dtype=np.float32)
         inner = pa.FixedSizeListArray.from_arrays(pa.array(flat, type=pa.float32()), width)
         return pa.ListArray.from_arrays(pa.array(offsets), inner, mask=nulls)
+    if pa.types.is_string(kind):  # classify's labels: an object array of str
+        if keep_rejected and not ok.all():
+            full = np.full(len(ok), "", dtype=object)
+            full[ok] = values
+            values = full
+        return pa.array(values, type=kind, mask=None if nulls is None else ~ok)
     if keep_rejected and not ok.all():
         full = np.zeros((len(ok), *values.shape[1:]), dtype=np.float32)
         full[ok] = values
@@ -213,26 +303,30 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     texts: list[str | None] = rows.column("text").to_pylist()
     pairs: list[str | None] = rows.column("pair").to_pylist()
     reasons: list[str | None] = rows.column("error").to_pylist()
-    use_pairs = options.task != "embed" and any(p is not None for p in pairs)
+    use_pairs = options.task not in ("embed", "tag") and any(p is not None for p in pairs)
     if options.task == "nsp":
         for i, (text, pair) in enumerate(zip(texts, pairs, strict=True)):
             if reasons[i] is None and text is not None and pair is None:
                 reasons[i] = "no second sentence; nsp needs a pair column (--pair-column)"
     good = [i for i, reason in enumerate(reasons) if reason is None]
     limit = model.max_length
+    windowed = options.task == "tag" and options.stride is not None  # long rows are windowed, never cut
+    truncation = options.truncate and not windowed
     encodings = model.tokenizer.encode(
         [texts[i] or "" for i in good],
         [pairs[i] or "" for i in good] if use_pairs else None,
-        truncation=options.truncate,
-        max_length=limit if options.truncate else sys.maxsize,  # untruncated: we judge lengths per row below
+        truncation=truncation,
+        max_length=limit if truncation else None,  # untruncated: each row's length is judged below
     )
     kept = []
     for i, encoding in zip(good, encodings, strict=True):
-        if len(encoding.ids) > limit:
-            reasons[i] = (
-                f"has {len(encoding.ids)} tokens, more than the model's {limit}; pass --truncate (truncate=True) "
-                "to cut it, or split the text"
+        if len(encoding.ids) > limit and not windowed:
+            fix = (
+                "pass --stride N (stride=N) to tag it in windows sharing N tokens, or --truncate to tag its start"
+                if options.task == "tag"
+                else "pass --truncate (truncate=True) to cut it, or split the text"
             )
+            reasons[i] = f"has {len(encoding.ids)} tokens, more than the model's {limit}; {fix}"
         else:
             kept.append((i, encoding))
     if options.on_error == "stop":
@@ -242,41 +336,66 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     n_tokens = np.zeros(len(ids), dtype=np.int32)
     for i, encoding in kept:
         n_tokens[i] = len(encoding.ids)
+    if options.task == "tag":
+        return ChunkResult(ids, reasons, n_tokens, _tag(model, [(texts[i] or "", e) for i, e in kept], options))
     columns = _run(model, [e for _, e in kept], options)
     return ChunkResult(ids, reasons, n_tokens, columns)
 
 
-def _run(model: BertOnnx, encodings: list[Encoding], options: TaskOptions) -> dict[str, np.ndarray | list[np.ndarray]]:
-    """Run ``encodings`` sorted by length and cut by the token budget; results in the encodings' order."""
-    n, hidden = len(encodings), model.hidden_size
+def _tag(model: BertOnnx, rows: list[tuple[str, Encoding]], options: TaskOptions) -> dict[str, Columns]:
+    """Entities of each row: a row that fits is its one window (its encoding), a longer one is windowed
+    with ``options.stride``; every window of the chunk is batched together."""
+    model.require_task("tag")
+    limit = model.max_length
+    long = [i for i, (_, encoding) in enumerate(rows) if len(encoding.ids) > limit]
+    windows: list[list[Encoding]] = [[encoding] for _, encoding in rows]
+    found = tag_windows(
+        model.windowing,
+        [rows[i][0] for i in long],
+        max_length=limit,
+        aggregation_strategy=options.aggregation_strategy,
+        stride=options.stride,
+    )
+    for i, text_windows in zip(long, found, strict=True):
+        windows[i] = text_windows
+    flat = [window for text_windows in windows for window in text_windows]
+    logits = driver.list_in_order(driver.run(model.run_batch, Tag(), driver.plan(flat, options.limits)))
+    entities = merge_entities(
+        [text for text, _ in rows],
+        windows,
+        logits,
+        model.labels,
+        model.token_strings,
+        aggregation_strategy=options.aggregation_strategy,
+        ignore_labels=options.ignore_labels,
+    )
+    return {"entities": entities}
+
+
+def _run(model: BertOnnx, encodings: list[Encoding], options: TaskOptions) -> dict[str, Columns]:
+    """Run ``encodings`` through the driver (sorted by length, cut by the token budget); results in the
+    encodings' order."""
+    batches = driver.plan(encodings, options.limits)
+    hidden = model.hidden_size
     if options.task == "embed":
-        names: tuple[str, ...] = pooling_outputs(options.pooling)
-    elif options.task == "nsp":
-        names = ("nsp_logits",)
-    else:
-        names = ("last_hidden_state", "pooler_output", "nsp_logits")
-    embedding = np.zeros((n, hidden), dtype=np.float32)
-    probability = np.zeros(n, dtype=np.float32)
-    pooler = np.zeros((n, hidden), dtype=np.float32)
-    logits = np.zeros((n, 2), dtype=np.float32)
-    states: list[np.ndarray] = [np.zeros((0, hidden), dtype=np.float32)] * n
-    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=n)
-    for rows in plan_batches(lengths, options.limits):
-        batch = make_batch([encodings[i] for i in rows], rows)
-        out = model.run_batch(batch, names)
-        if options.task == "embed":
-            embedding[rows] = pool(out, batch.attention_mask, options.pooling)
-        elif options.task == "nsp":
-            probability[rows] = is_next_probability(out["nsp_logits"])
-        else:
-            pooler[rows] = out["pooler_output"]
-            logits[rows] = out["nsp_logits"]
-            for row, index in enumerate(rows):
-                states[index] = np.array(out["last_hidden_state"][row, : lengths[index]], dtype=np.float32)
-    if options.task == "embed":
-        if options.normalize and n:
-            embedding /= np.maximum(np.linalg.norm(embedding, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-        return {"embedding": embedding}
+        parts = driver.run(model.run_batch, Embed(options.pooling, options.normalize), batches)
+        return {"embedding": driver.in_order(parts, np.zeros((0, hidden), dtype=np.float32))}
     if options.task == "nsp":
-        return {"is_next_probability": probability}
-    return {"last_hidden_state": states, "pooler_output": pooler, "nsp_logits": logits}
+        parts = driver.run(model.run_batch, Nsp(), batches)
+        return {"is_next_probability": driver.in_order(parts, np.zeros(0, dtype=np.float32))}
+    if options.task == "classify":
+        labels = model.labels
+        task = Classify(default_function(model.manifest.problem_type, len(labels)))
+        parts = driver.run(model.run_batch, task, batches)
+        scores = driver.in_order(parts, np.zeros((0, len(labels)), dtype=np.float32))
+        top = np.argmax(scores, axis=1) if len(scores) else np.zeros(0, dtype=np.int64)
+        return {
+            "label": np.array([labels[i] for i in top], dtype=object),
+            "score": scores[np.arange(len(top)), top],
+        }
+    names = ("last_hidden_state", "pooler_output", "nsp_logits")
+    rows = driver.list_in_order(driver.run(model.run_batch, Graph(names), batches))
+    columns: dict[str, Columns] = {"last_hidden_state": [row[names[0]] for row in rows]}
+    for name, width in (("pooler_output", hidden), ("nsp_logits", 2)):
+        columns[name] = np.stack([row[name] for row in rows]) if rows else np.zeros((0, width), dtype=np.float32)
+    return columns

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..model import DEFAULT_VARIANT, BertOnnx
-from .compute import TaskOptions, compute_rows, default_chunk_rows, output_schema
+from .compute import TaskOptions, check_model_task, compute_rows, default_chunk_rows, output_schema
 from .readers import InputFile, count_rows, open_input, read_split, whole_file
-from .writers import AtomicParquetWriter, AtomicRejectsWriter, check_writable, rejects_path
+from .writers import AtomicParquetWriter, AtomicRejectsWriter, check_writable, output_metadata, rejects_path
 
 __all__ = ["JobSummary", "check_job", "run_local_job"]
 
@@ -71,7 +71,9 @@ def check_job(source: InputFile, options: TaskOptions) -> None:
         ValueError: ``embed`` with a pair column, or ``nsp`` without one.
     """
     if options.task == "embed" and source.pair_column:
-        raise ValueError("embed takes single texts; drop --pair-column, or use --task encode or nsp for pairs")
+        raise ValueError(
+            "embed takes single texts; drop --pair-column, or use --task encode, nsp or classify for pairs"
+        )
     if options.task == "nsp" and not source.pair_column:
         raise ValueError(
             "nsp scores sentence pairs; pass --pair-column with a .jsonl, .csv or .parquet input holding both"
@@ -121,7 +123,10 @@ def run_local_job(
     check_writable(rejects)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     model = BertOnnx(model_dir, variant, threads=threads)
-    schema = output_schema(options.task, model.hidden_size)
+    check_model_task(model.manifest, options.task)
+    schema = output_schema(options.task, model.hidden_size).with_metadata(
+        output_metadata(model.manifest, variant, options, model.precision)
+    )
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(count_rows(source) if show else None, show)
     rows = 0

@@ -18,13 +18,15 @@ This module imports pyarrow but not Ray: the class is plain Python and can be tr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..model import DEFAULT_VARIANT, BertOnnx
-from .compute import TaskOptions, compute_rows, output_schema
+from ..tasks.tag import DEFAULT_IGNORE_LABELS
+from .compute import TaskOptions, check_model_task, compute_rows, output_schema
 from .readers import ROW_SCHEMA, check_value
 
 __all__ = ["BertOnnxPredictor"]
@@ -56,6 +58,9 @@ class BertOnnxPredictor:
         pair_column: str | None = None,
         max_batch_tokens: int | None = None,
         batch_size: int | None = None,
+        aggregation_strategy: str = "simple",
+        stride: int | None = None,
+        ignore_labels: Sequence[str] = DEFAULT_IGNORE_LABELS,
     ) -> None:
         """Load the model in this actor.
 
@@ -73,17 +78,29 @@ class BertOnnxPredictor:
             pair_column: input column of second sentences (``nsp``, ``encode``).
             max_batch_tokens: padded tokens per ``session.run``.
             batch_size: inputs per ``session.run``.
+            aggregation_strategy, stride, ignore_labels: for ``tag`` (see :meth:`bertonnx.BertOnnx.tag`).
 
         Raises:
             ValueError, TypeError: bad options; ModelDirectoryError: a bad model directory.
         """
-        limits = {
+        limits: dict[str, Any] = {
             k: v for k, v in (("max_batch_tokens", max_batch_tokens), ("batch_size", batch_size)) if v is not None
         }
-        self.options = TaskOptions(task, pooling, normalize, truncate, on_error, **limits)
+        self.options = TaskOptions(
+            task,
+            pooling,
+            normalize,
+            truncate,
+            on_error,
+            **limits,
+            aggregation_strategy=aggregation_strategy,
+            stride=stride,
+            ignore_labels=tuple(ignore_labels),
+        )
         self.text_column = text_column
         self.pair_column = pair_column
         self.model = BertOnnx(model_dir, variant, threads=threads)
+        check_model_task(self.model.manifest, task)
         self.schema = output_schema(task, self.model.hidden_size)
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:

@@ -23,12 +23,12 @@ from typing import Any
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
-from .compute import TaskOptions, default_chunk_rows, output_schema
+from .compute import TaskOptions, check_model_task, default_chunk_rows, output_schema
 from .errors import BadRowError, CorpusFileError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
 from .readers import open_input, plan_splits
-from .writers import check_writable, rejects_path, remove
+from .writers import check_writable, output_metadata, rejects_path, remove
 
 __all__ = ["IO_TASK_CPUS", "run_ray_job"]
 
@@ -88,10 +88,12 @@ def run_ray_job(
     output = check_writable(Path(output_path).absolute(), allow_directory=True)
     check_writable(rejects_path(output))
     manifest = read_manifest(model_dir)
-    if variant not in manifest.variants:
-        raise ValueError(f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}")
+    manifest.require_variant(variant)
+    check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
-    schema = output_schema(options.task, manifest.hidden_size)
+    schema = output_schema(options.task, manifest.hidden_size).with_metadata(
+        output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
+    )
     show = sys.stderr.isatty() if progress is None else progress
     owns_ray = not ray.is_initialized()
     if owns_ray:
@@ -127,6 +129,9 @@ def run_ray_job(
                 "pair_column": "pair" if source.pair_column else None,
                 "max_batch_tokens": options.max_batch_tokens,
                 "batch_size": options.batch_size,
+                "aggregation_strategy": options.aggregation_strategy,
+                "stride": options.stride,
+                "ignore_labels": options.ignore_labels,
             },
             compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=threads_per_actor,

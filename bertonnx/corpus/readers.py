@@ -40,6 +40,7 @@ __all__ = [
     "count_rows",
     "open_input",
     "plan_splits",
+    "read_metadata",
     "read_output",
     "read_split",
     "whole_file",
@@ -418,3 +419,19 @@ def read_output(path: str | Path) -> pa.Table:
         raise CorpusFileError(f"{path} does not exist; pass the --output of a finished job")
     table = pq.read_table(path)
     return table.sort_by("id")
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """What computed a job's output: the ``bertonnx.*`` key-value metadata of its Parquet file (of its first
+    part file, for a Ray job's directory), without the prefix (see :func:`bertonnx.corpus.writers.output_metadata`).
+
+    Raises:
+        CorpusFileError: ``path`` does not exist or holds no Parquet file.
+    """
+    path = Path(path)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files or not files[0].is_file():
+        raise CorpusFileError(f"{path} holds no Parquet file; pass the --output of a finished job")
+    metadata = pq.read_schema(files[0]).metadata or {}
+    prefix = b"bertonnx."
+    return {key[len(prefix) :].decode(): value.decode() for key, value in metadata.items() if key.startswith(prefix)}

@@ -14,22 +14,71 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..manifest import Manifest
+from ..version import __version__
 from .errors import CorpusFileError
 
+if TYPE_CHECKING:
+    from .compute import TaskOptions
+
 __all__ = [
+    "METADATA_PREFIX",
     "AtomicParquetWriter",
     "AtomicRejectsWriter",
     "check_writable",
+    "output_metadata",
     "partial_path",
     "rejects_path",
     "replace",
 ]
 
 REJECTS_SUFFIX = ".rejects.jsonl"
+#: Every key-value pair a job writes into its Parquet files' metadata starts with this.
+METADATA_PREFIX = "bertonnx."
+#: The precision each variant computes in (bf16: where the CPU has AVX512-BF16 or AMX; OpenVINO computes
+#: it in f32 elsewhere, which a local job records as what it measured on its machine).
+VARIANT_PRECISION = {"fp32": "f32", "optimized": "f32", "int8": "int8", "bf16": "bf16"}
+
+
+def output_metadata(
+    manifest: Manifest, variant: str, options: TaskOptions, precision: str | None = None
+) -> dict[str, str]:
+    """The key-value metadata of a job's Parquet files: what computed the rows.
+
+    Args:
+        manifest: the export's manifest.
+        variant: the variant that ran.
+        options: the job's task and its settings.
+        precision: the precision the model computed in (``BertOnnx.precision``); default: the variant's.
+
+    Returns:
+        ``bertonnx.version``, ``bertonnx.model_id`` (the checkpoint exported, with its revision when known),
+        ``bertonnx.model_dir``, ``bertonnx.variant``, ``bertonnx.precision``, ``bertonnx.task``,
+        ``bertonnx.pooling`` and ``bertonnx.normalize`` (``embed`` only, else empty), ``bertonnx.truncate``
+        and ``bertonnx.weights`` (``pretrained`` or ``random``: any weight seeded rather than trained).
+    """
+    source = manifest.data.get("source") or {}
+    model_id = str(source.get("model", "")) if isinstance(source, dict) else str(source)
+    revision = source.get("revision") if isinstance(source, dict) else None
+    embed = options.task == "embed"
+    values = {
+        "version": __version__,
+        "model_id": f"{model_id}@{revision}" if revision else model_id,
+        "model_dir": str(manifest.directory.absolute()),
+        "variant": variant,
+        "precision": precision or VARIANT_PRECISION.get(variant, variant),
+        "task": options.task,
+        "pooling": options.pooling if embed else "",
+        "normalize": str(options.normalize).lower() if embed else "",
+        "truncate": str(options.truncate).lower(),
+        "weights": "random" if manifest.random_weights else "pretrained",
+    }
+    return {METADATA_PREFIX + key: value for key, value in values.items()}
 
 
 def rejects_path(output: str | Path) -> Path:

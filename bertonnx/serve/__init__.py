@@ -11,17 +11,35 @@ Modules, in the order a request passes them: :mod:`.middleware` (accounting, aut
 (queue and batches), :mod:`.engine` (one run on ``BertOnnx``); around them :mod:`.options`,
 :mod:`.errors`, :mod:`.metrics`, :mod:`.server` (uvicorn, draining), :mod:`.arguments` and :mod:`.cli`
 (:mod:`.ray_serve`: the same app as Ray Serve replicas).
+
+The names below are loaded on first use, after the extra is checked: importing a module of this package
+runs no web framework, so the command's parser (:mod:`.arguments`, :mod:`.cli`) and the serving core
+(:mod:`.scheduler`, :mod:`.engine`) import without it.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ..extras import install_hint, require_extra
 
-INSTALL_HINT = install_hint("serve")
-require_extra("serve", "bertonnx.serve (`bertonnx serve`)")
+if TYPE_CHECKING:
+    from .app import create_app
+    from .options import ServeOptions
+    from .server import run_server
 
-from .app import create_app  # noqa: E402 - after the dependency check
-from .options import ServeOptions  # noqa: E402
-from .server import run_server  # noqa: E402
+INSTALL_HINT = install_hint("serve")
+_LAZY = {"create_app": ".app", "ServeOptions": ".options", "run_server": ".server"}
 
 __all__ = ["INSTALL_HINT", "ServeOptions", "create_app", "run_server"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    require_extra("serve", "bertonnx.serve (`bertonnx serve`)")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value

@@ -1,25 +1,24 @@
-"""``bertonnx serve DIR [options]``: its parser (:mod:`.arguments`, options anywhere), then the server.
+"""``bertonnx serve DIR [options]``: a :class:`~bertonnx.command.Command` like every other.
 
-The directory and variant are checked before the port is bound (a typo exits 2 at once, naming the
-fix); loading and warm-up then run behind the bound port, reported by ``/ready``.
+Its arguments are declared in :mod:`.arguments` (standard library only, so ``--help`` and parse errors work
+without the serve extra, which :func:`~bertonnx.command.run_command` checks before running). The directory,
+variant and address are checked before the port is bound (a typo is one line at once, naming the fix);
+loading and warm-up then run behind the bound port, reported by ``/ready``. ``--ray`` runs the same app as
+Ray Serve replicas (:mod:`.ray_serve`), with the same options.
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
 from collections.abc import Sequence
 
-from ..errors import ModelDirectoryError
+from ..command import ArgumentParser, Command, optional_address_argv, run_command
 from ..manifest import read_manifest
-from .app import create_app
-from .arguments import build_parser
-from .options import ServeOptions
-from .server import DEFAULT_HOST, run_server
+from .arguments import DEFAULT_HOST, add_serve_arguments, serve_options
 
-__all__ = ["check_listen_address", "main"]
-
-EXIT_USAGE = 2
+__all__ = ["SERVE_COMMAND", "check_listen_address", "main"]
 
 
 def check_listen_address(host: str, port: int) -> None:
@@ -47,46 +46,22 @@ def check_listen_address(host: str, port: int) -> None:
             ) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``bertonnx serve`` (``--ray``: :func:`bertonnx.serve.ray_serve.main`); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(arg == "--ray" or arg.startswith("--ray=") for arg in argv):
-        from .ray_serve import main as ray_serve_main  # the same app as Ray Serve replicas
+def _arguments(parser: ArgumentParser) -> None:
+    add_serve_arguments(parser)
 
-        return ray_serve_main(argv)
-    args = build_parser().parse_intermixed_args(argv)
-    try:
-        options = ServeOptions(
-            max_batch_tokens=args.max_batch_tokens,
-            max_batch_size=args.max_batch_size,
-            max_batch_requests=args.max_batch_requests,
-            max_client_batch_size=args.max_client_batch_size,
-            max_queue=args.max_queue,
-            max_queue_wait=args.max_queue_wait or None,
-            batch_wait_ms=args.batch_wait_ms,
-            payload_limit=args.payload_limit,
-            auto_truncate=args.auto_truncate,
-            api_key=args.api_key,
-            request_timeout=args.request_timeout,
-            drain_timeout=args.drain_timeout,
-            pooling=args.pooling,
-            model_name=args.model_name,
-        )
-        manifest = read_manifest(args.model_dir)
-        if args.variant not in manifest.variants:
-            raise ValueError(
-                f"{manifest.directory} has no {args.variant!r} variant; it holds {', '.join(manifest.variants)}. "
-                "Pick one with --variant."
-            )
-        if args.threads is not None and args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        if not 0 <= args.port <= 65535:
-            raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
-        check_listen_address(args.host, args.port)
-    except (ValueError, TypeError) as exc:
-        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
-        print(f"error ({kind}): {exc}", file=sys.stderr)
-        return EXIT_USAGE
+
+def run(args: argparse.Namespace) -> int:
+    """Check the options, directory, variant and address, then serve until SIGTERM/SIGINT; the exit code."""
+    options = serve_options(args)
+    if args.ray is not None:
+        from .ray_serve import serve_on_ray  # the same app as Ray Serve replicas (checks the ray extra)
+
+        return serve_on_ray(args, options)
+    read_manifest(args.model_dir).require_variant(args.variant)
+    check_listen_address(args.host, args.port)
+    from .app import create_app
+    from .server import run_server
+
     app = create_app(
         args.model_dir,
         options,
@@ -96,6 +71,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep_memory=args.keep_memory,
     )
     return run_server(app, host=args.host, port=args.port, log_level=args.log_level, access_log=args.access_log)
+
+
+SERVE_COMMAND = Command(
+    "serve",
+    "serve DIR over HTTP: TEI, OpenAI and KServe v2 routes (--ray: as Ray Serve replicas)",
+    _arguments,
+    run,
+    extra="serve",
+    description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
+    "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
+    epilog="With --ray, --threads is per replica (default 1) and Ray reserves that many CPUs for each.",
+    rewrite_argv=optional_address_argv,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``bertonnx serve ARGS``; returns the exit code (one line on stderr for an expected failure)."""
+    return run_command(SERVE_COMMAND, list(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

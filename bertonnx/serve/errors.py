@@ -1,5 +1,9 @@
 """Every error the server answers: one exception type, one JSON shape, one status per kind.
 
+The core's typed errors (:mod:`bertonnx.errors`: an input too long, a queue full, shutting down ...) know
+nothing of HTTP; :func:`from_core` is the one place that turns them into a :class:`ServeError` (status,
+headers, a message in the API's terms), and the app registers it for each of :data:`CORE_ERRORS`.
+
 The body is ``{"error": "<what is wrong and how to fix it>", "error_type": "<kind>"}`` (TEI's shape;
 KServe clients read ``error`` too), and on the OpenAI routes (``/v1/``) OpenAI's
 ``{"error": {"message", "type", "param", "code"}}``, whose message the ``openai`` client shows. The kinds
@@ -14,17 +18,39 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["ERROR_STATUS", "OPENAI_PREFIX", "ServeError", "error_body", "validation_message"]
+from ..errors import (
+    EngineError,
+    HeadMissingError,
+    InputTooLongError,
+    QueueFullError,
+    RequestTooLargeError,
+    ShuttingDownError,
+    VariantMissingError,
+)
+
+__all__ = [
+    "CORE_ERRORS",
+    "ERROR_STATUS",
+    "OPENAI_PREFIX",
+    "ServeError",
+    "error_body",
+    "from_core",
+    "validation_message",
+]
 
 #: error_type -> HTTP status.
 ERROR_STATUS: Mapping[str, int] = {
+    "bad_request": 400,
     "unauthorized": 401,
     "not_found": 404,
     "method_not_allowed": 405,
     "request_timeout": 408,
     "payload_too_large": 413,
+    "uri_too_long": 414,
+    "unsupported_media_type": 415,
     "validation": 422,
     "overloaded": 429,
+    "headers_too_large": 431,
     "backend": 500,
     "unavailable": 503,
     "timeout": 504,
@@ -67,6 +93,49 @@ class ServeError(Exception):
     def body(self, path: str = "") -> bytes:
         """The JSON body for a request to ``path`` (see :func:`error_body`)."""
         return error_body(self.message, self.error_type, path)
+
+
+#: The core errors the server answers as themselves (anything else unexpected is a 500 ``backend``).
+CORE_ERRORS: tuple[type[Exception], ...] = (
+    InputTooLongError,
+    RequestTooLargeError,
+    QueueFullError,
+    ShuttingDownError,
+    EngineError,
+    VariantMissingError,
+)
+
+
+def from_core(error: Exception) -> ServeError:
+    """The answer to a core error (one of :data:`CORE_ERRORS`): its status, headers and a message in HTTP terms.
+
+    Raises:
+        TypeError: ``error`` is not one of :data:`CORE_ERRORS`.
+    """
+    if isinstance(error, InputTooLongError):
+        return ServeError(
+            f"input {error.index} has {error.length} tokens, more than the model's limit of {error.max_length}. "
+            'Send "truncate": true to cut it, or split the text.',
+            "validation",
+        )
+    if isinstance(error, RequestTooLargeError):
+        return ServeError(
+            f"{error.count} inputs in one request, more than --max-client-batch-size {error.limit}; split the request",
+            "payload_too_large",
+        )
+    if isinstance(error, QueueFullError):
+        return ServeError(str(error), "overloaded", {"Retry-After": str(error.retry_after)})
+    if isinstance(error, ShuttingDownError):
+        return ServeError(str(error), "unavailable", {"Connection": "close"})
+    if isinstance(error, EngineError):
+        return ServeError(str(error), "backend")
+    if isinstance(error, VariantMissingError):
+        return ServeError(
+            f"{error.variant!r} is not served here; the export holds {', '.join(error.available)}", "not_found"
+        )
+    if isinstance(error, HeadMissingError):  # the route's task needs a head the export lacks
+        return ServeError(str(error), "validation")
+    raise TypeError(f"{type(error).__name__} is not a core error the server maps; expected one of CORE_ERRORS")
 
 
 def validation_message(error: ValidationError | Sequence[Mapping[str, Any]], example: str | None) -> str:

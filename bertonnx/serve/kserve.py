@@ -8,12 +8,13 @@ part's length, each binary input says its ``parameters.binary_data_size``, and o
 Rows are right-padded: each row's ``attention_mask`` is ones then zeros. Each row becomes one input of
 the scheduler (padding stripped), so KServe rows batch with every other request; ``last_hidden_state``
 comes back in the request's ``[batch, sequence, hidden]`` shape with zeros past each row's tokens, as
-``BertOutput`` does offline.
+``BertOutput`` does offline. Since the answer has the request's shape, the limits are checked on the
+tensors' shapes, before their data is read: at most the model's positions in the sequence dimension (a
+mask with one 1 per row does not make a [32, 10000] tensor short) and ``--max-client-batch-size`` rows.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from ..manifest import OUTPUT_NAMES
+from ..manifest import OUTPUT_NAMES, PER_TOKEN_OUTPUTS
+from .answers import FlatArray
 from .errors import ServeError, validation_message
 from .protocol import REQUEST_EXAMPLES, KServeInferRequest, KServeTensor
 
@@ -31,6 +33,7 @@ __all__ = [
     "INPUT_DATATYPE",
     "OUTPUT_DATATYPE",
     "InferRows",
+    "answer_floats",
     "decode_body",
     "encode_response",
     "parse_infer_request",
@@ -79,13 +82,26 @@ class InferRows:
     outputs: list[tuple[str, bool]]  # (name, binary)
 
 
-def _tensor_array(tensor: KServeTensor, binary: memoryview, offset: int) -> tuple[np.ndarray, int]:
+def _tensor_array(
+    tensor: KServeTensor, binary: memoryview, offset: int, max_length: int, max_rows: int
+) -> tuple[np.ndarray, int]:
     name = tensor.name
     if tensor.datatype != INPUT_DATATYPE:
         raise ServeError(f"input {name} has datatype {tensor.datatype}; send {INPUT_DATATYPE}", "validation")
     if len(tensor.shape) != 2 or min(tensor.shape) < 1:
         raise ServeError(f"input {name} has shape {tensor.shape}; send [batch, sequence], both >= 1", "validation")
     rows, columns = tensor.shape
+    if columns > max_length:
+        raise ServeError(
+            f"input {name} has shape {tensor.shape}: {columns} positions, more than the model's {max_length}; "
+            f"pad rows only to the longest row's length (at most {max_length})",
+            "validation",
+        )
+    if rows > max_rows:
+        raise ServeError(
+            f"input {name} has {rows} rows, more than --max-client-batch-size {max_rows}; split the request",
+            "payload_too_large",
+        )
     size = (tensor.parameters or {}).get("binary_data_size")
     if size is not None:
         if isinstance(size, bool) or not isinstance(size, int) or size != rows * columns * 8:
@@ -110,11 +126,13 @@ def _tensor_array(tensor: KServeTensor, binary: memoryview, offset: int) -> tupl
     if array.dtype.kind == "O" and array.size and all(isinstance(v, int) for v in array.flat):
         raise ServeError(f"input {name}: data holds integers outside INT64's range", "validation")
     if array.dtype.kind not in "iu" or array.size != rows * columns:
+        kind = "booleans" if array.dtype.kind == "b" else f"values of type {array.dtype}"
         raise ServeError(
-            f"input {name}: data must be {rows * columns} integers for shape {tensor.shape}, got "
-            f"{array.size} values of type {array.dtype}",
+            f"input {name}: data must be {rows * columns} integers for shape {tensor.shape}, got {array.size} {kind}",
             "validation",
         )
+    if any(isinstance(value, bool) for value in _flat(tensor.data)):  # numpy takes [101, true] as ints
+        raise ServeError(f"input {name}: data holds true or false; send integers only", "validation")
     if array.ndim > 1 and array.shape != (rows, columns):  # KServe allows flat data; nested must match shape
         raise ServeError(
             f"input {name}: data is nested as {list(array.shape)}, but shape says {tensor.shape}; send flat data "
@@ -122,6 +140,13 @@ def _tensor_array(tensor: KServeTensor, binary: memoryview, offset: int) -> tupl
             "validation",
         )
     return array.astype(np.int64).reshape(rows, columns), offset
+
+
+def _flat(data: list[Any]) -> list[Any]:
+    """The leaves of nested lists (data already checked to hold ``rows × columns`` values)."""
+    while data and any(isinstance(item, list) for item in data):
+        data = [leaf for item in data for leaf in (item if isinstance(item, list) else [item])]
+    return data
 
 
 def parse_infer_request(
@@ -133,6 +158,7 @@ def parse_infer_request(
     type_vocab_size: int,
     max_length: int,
     max_client_batch_size: int,
+    output_names: Sequence[str] = OUTPUT_NAMES,
 ) -> InferRows:
     """Check an infer body and turn it into rows of token ids.
 
@@ -159,7 +185,7 @@ def parse_infer_request(
             raise ServeError(f"unknown input {tensor.name!r}; the model takes {', '.join(input_names)}", "validation")
         if tensor.name in arrays:
             raise ServeError(f"input {tensor.name} is given twice", "validation")
-        arrays[tensor.name], offset = _tensor_array(tensor, binary, offset)
+        arrays[tensor.name], offset = _tensor_array(tensor, binary, offset, max_length, max_client_batch_size)
     if offset != len(binary):
         raise ServeError(f"the body has {len(binary) - offset} binary bytes no input claims", "validation")
     missing = [name for name in input_names if name not in arrays]
@@ -170,11 +196,6 @@ def parse_infer_request(
         raise ServeError(f"inputs must have one shape, got {shapes}", "validation")
     ids = arrays["input_ids"]
     rows, columns = ids.shape
-    if rows > max_client_batch_size:
-        raise ServeError(
-            f"{rows} rows in one request, more than --max-client-batch-size {max_client_batch_size}; split it",
-            "payload_too_large",
-        )
     mask = arrays.get("attention_mask", np.ones_like(ids))
     types = arrays.get("token_type_ids", np.zeros_like(ids))
     lengths = mask.sum(axis=1)
@@ -198,20 +219,20 @@ def parse_infer_request(
         shape=(rows, columns),
         ids=[ids[row, : int(lengths[row])].tolist() for row in range(rows)],
         type_ids=[types[row, : int(lengths[row])].tolist() for row in range(rows)],
-        outputs=_requested_outputs(request),
+        outputs=_requested_outputs(request, output_names),
     )
 
 
-def _requested_outputs(request: KServeInferRequest) -> list[tuple[str, bool]]:
+def _requested_outputs(request: KServeInferRequest, output_names: Sequence[str]) -> list[tuple[str, bool]]:
     default_binary = (request.parameters or {}).get("binary_data_output", False)
     if not isinstance(default_binary, bool):
         raise ServeError("parameters.binary_data_output must be true or false", "validation")
     if request.outputs is None:
-        return [(name, default_binary) for name in OUTPUT_NAMES]
+        return [(name, default_binary) for name in output_names]
     outputs: list[tuple[str, bool]] = []
     for output in request.outputs:
-        if output.name not in OUTPUT_NAMES:
-            raise ServeError(f"unknown output {output.name!r}; the model gives {', '.join(OUTPUT_NAMES)}", "validation")
+        if output.name not in output_names:
+            raise ServeError(f"unknown output {output.name!r}; the model gives {', '.join(output_names)}", "validation")
         if any(output.name == seen for seen, _ in outputs):
             raise ServeError(f"output {output.name} is asked for twice; name each output once", "validation")
         binary = (output.parameters or {}).get("binary_data", default_binary)
@@ -219,20 +240,45 @@ def _requested_outputs(request: KServeInferRequest) -> list[tuple[str, bool]]:
             raise ServeError(f"output {output.name}: parameters.binary_data must be true or false", "validation")
         outputs.append((output.name, binary))
     if not outputs:
-        raise ServeError(f"outputs is empty; ask for some of {', '.join(OUTPUT_NAMES)} or omit it", "validation")
+        raise ServeError(f"outputs is empty; ask for some of {', '.join(output_names)} or omit it", "validation")
     return outputs
+
+
+def answer_floats(rows: InferRows, hidden_size: int, num_labels: int | None = None) -> tuple[int, int]:
+    """Float32 values of the answer, as (JSON, binary): per-token outputs have the request's padded shape;
+    ``num_labels`` is the width of ``logits`` / ``token_logits`` (classifier exports)."""
+    count, columns = rows.shape
+    labels = num_labels or 2
+    per_row = {
+        "last_hidden_state": columns * hidden_size,
+        "pooler_output": hidden_size,
+        "nsp_logits": 2,
+        "logits": labels,
+        "token_logits": columns * labels,
+        "start_logits": columns,
+        "end_logits": columns,
+    }
+    json_floats = binary_floats = 0
+    for name, binary in rows.outputs:
+        if binary:
+            binary_floats += count * per_row.get(name, 2)
+        else:
+            json_floats += count * per_row.get(name, 2)
+    return json_floats, binary_floats
 
 
 def encode_response(
     rows: InferRows, answers: Sequence[Mapping[str, np.ndarray]], *, model_name: str, hidden_size: int
-) -> tuple[bytes, dict[str, str]]:
-    """The answer body and its headers (JSON, or JSON then binary tensors when any output is binary)."""
+) -> tuple[dict[str, Any], list[bytes]]:
+    """The answer's JSON part (numpy arrays in it, for :class:`.answers.JSONAnswer`) and its binary tensors
+    (sent after it, with the JSON part's length in ``Inference-Header-Content-Length``)."""
     count, columns = rows.shape
     outputs = []
     blobs = []
     for name, binary in rows.outputs:
-        if name == "last_hidden_state":
-            array = np.zeros((count, columns, hidden_size), dtype=np.float32)
+        if name in PER_TOKEN_OUTPUTS:  # each answer holds its own tokens: pad them to the request's shape
+            tail = answers[0][name].shape[1:] if answers else ((hidden_size,) if name == "last_hidden_state" else ())
+            array = np.zeros((count, columns, *tail), dtype=np.float32)
             for row, answer in enumerate(answers):
                 states = answer[name]
                 array[row, : states.shape[0]] = states
@@ -244,12 +290,9 @@ def encode_response(
             tensor["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
-            tensor["data"] = array.ravel().tolist()
+            tensor["data"] = FlatArray(array)
         outputs.append(tensor)
     header: dict[str, Any] = {"model_name": model_name, "model_version": "1", "outputs": outputs}
     if rows.request.id is not None:
         header["id"] = rows.request.id
-    head = json.dumps(header, separators=(",", ":")).encode()
-    if not blobs:
-        return head, {"content-type": "application/json"}
-    return head + b"".join(blobs), {"content-type": "application/octet-stream", BINARY_HEADER: str(len(head))}
+    return header, blobs

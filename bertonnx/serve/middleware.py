@@ -4,6 +4,7 @@ From the outside in:
 
 1. :class:`RequestAccounting` counts and times every request by route and status, tracks the requests in
    flight (draining waits for them) and stamps each request's arrival time (its deadline counts from it).
+   When the server cuts a drain short it cancels the requests in flight; each then answers JSON 503.
 2. :class:`BearerAuth` answers 401 unless ``Authorization: Bearer <api_key>`` is right; the routes in
    ``app.OPEN_PATHS`` (health, readiness, metrics, the API description) stay open.
 3. :class:`BodyLimit` reads the body, answering 413 as soon as it passes the payload limit (by
@@ -51,10 +52,20 @@ async def send_error(send: Send, error: ServeError, *, path: str = "", close: bo
 
 
 class InFlight:
-    """A count of requests being handled (draining waits until it is zero)."""
+    """A count of requests being handled (draining waits until it is zero); ``cut_off`` once the server
+    cancels the requests still in flight (a second signal or the drain timeout)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.cut_off = False
+
+
+#: The answer of a request cut off by the end of a drain.
+CUT_OFF = ServeError(
+    "the server stopped before this request was answered (its drain was cut short); retry on another instance "
+    "or after the restart",
+    "unavailable",
+)
 
 
 class RequestAccounting:
@@ -88,17 +99,28 @@ class RequestAccounting:
         started = time.monotonic()
         scope.setdefault("state", {})[ARRIVAL_KEY] = started
         status = 500
+        started_answer = False
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started_answer
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                started_answer = True
             await send(message)
 
         self.in_flight.count += 1
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_status)
+        except asyncio.CancelledError:
+            if not self.in_flight.cut_off:
+                raise
+            uncancel = getattr(asyncio.current_task(), "uncancel", None)  # Python >= 3.11
+            if uncancel is not None:
+                uncancel()  # the cancellation is handled here: the request ends with its 503
+            if not started_answer:
+                status = CUT_OFF.status
+                await send_error(send, CUT_OFF, path=scope["path"], close=True)
         finally:
             self.in_flight.count -= 1
             self.metrics.in_flight.dec()

@@ -1,57 +1,62 @@
-"""``ServeOptions``: the server's limits and defaults, validated in one place.
+"""``ServeOptions``: the server's limits and defaults, validated by pydantic in one place.
 
 Names follow Text Embeddings Inference where it has the same knob (``max_batch_tokens``,
 ``max_client_batch_size``, ``payload_limit``, ``auto_truncate``, ``api_key``), so a TEI user finds them.
-The token budget is the runtime's own rule (:class:`bertonnx.batching.BatchLimits`); this module only
-holds its numbers.
+The defaults and the command-line flags are declared once in :mod:`.arguments`; the token budget is the
+runtime's own rule (:class:`bertonnx.batching.BatchLimits`).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.dataclasses import dataclass
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
 from ..outputs import POOLING_MODES
+from .arguments import (
+    DEFAULT_BATCH_WAIT_MS,
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_KEEP_ALIVE_TIMEOUT_S,
+    DEFAULT_MAX_BATCH_REQUESTS,
+    DEFAULT_MAX_CLIENT_BATCH_SIZE,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MAX_HEADERS,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_MAX_QUEUE_WAIT_S,
+    DEFAULT_MAX_URL_BYTES,
+    DEFAULT_PAYLOAD_LIMIT,
+    DEFAULT_POOLING,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
+)
 
 __all__ = [
     "DEFAULT_BATCH_WAIT_MS",
     "DEFAULT_DRAIN_TIMEOUT_S",
+    "DEFAULT_HEADER_TIMEOUT_S",
+    "DEFAULT_KEEP_ALIVE_TIMEOUT_S",
     "DEFAULT_MAX_BATCH_REQUESTS",
     "DEFAULT_MAX_CLIENT_BATCH_SIZE",
+    "DEFAULT_MAX_HEADERS",
+    "DEFAULT_MAX_HEADER_BYTES",
     "DEFAULT_MAX_QUEUE",
     "DEFAULT_MAX_QUEUE_WAIT_S",
+    "DEFAULT_MAX_URL_BYTES",
     "DEFAULT_PAYLOAD_LIMIT",
     "DEFAULT_POOLING",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "DEFAULT_WRITE_TIMEOUT_S",
     "ServeOptions",
 ]
 
-#: Inputs one request may carry (TEI's default ``--max-client-batch-size``).
-DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
-#: Request body bytes at most (TEI's default ``--payload-limit``, 2 MB).
-DEFAULT_PAYLOAD_LIMIT = 2_000_000
-#: Inputs waiting for the engine at most; past it requests get 429. bert-base fp32 runs roughly 100 short
-#: inputs a second on 2 cores, so a full queue is about ten seconds of work.
-DEFAULT_MAX_QUEUE = 1024
-#: Seconds of work the queue may hold (estimated from the tokens queued and recent seconds per token); past it
-#: requests get 429. Counting inputs alone misjudges the work by the inputs' lengths: on the 2-core machine
-#: the default 1024 inputs of the serving benchmark's mixed corpus are about a minute of bert-base fp32 work,
-#: so overload answered 504 after the request timeout instead of 429 at once (benchmarks/SERVING.md).
-DEFAULT_MAX_QUEUE_WAIT_S: float | None = 20.0
-#: Requests whose inputs may share one engine run (``None``: any number; 1 turns batching across requests off).
-DEFAULT_MAX_BATCH_REQUESTS: int | None = None
-#: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
-DEFAULT_BATCH_WAIT_MS = 0.0
-#: Seconds a request may take from arrival to answer before it gets 504 (its queued inputs are dropped).
-DEFAULT_REQUEST_TIMEOUT_S = 60.0
-#: Seconds SIGTERM/SIGINT waits for accepted requests before the process exits anyway.
-DEFAULT_DRAIN_TIMEOUT_S = 30.0
-#: Pooling of ``/embed`` and ``/v1/embeddings`` when the request names none: BERT's trained pooler.
-DEFAULT_POOLING = "pooler"
+PositiveInt = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(ge=0)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=ConfigDict(strict=True, allow_inf_nan=False))
 class ServeOptions:
     """How the server batches, limits and answers.
 
@@ -66,7 +71,8 @@ class ServeOptions:
             At least ``max_client_batch_size``, so every admissible request can be queued.
         max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued (and computing)
             and the seconds per token of recent batches; a request that would pass it gets 429 with
-            ``Retry-After`` (``None``: no limit). A request is always taken when nothing is queued.
+            ``Retry-After`` (``None``: no limit; the command line's ``0``). A request is always taken when
+            nothing is queued.
         batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
             (0: continuous batching, a batch starts as soon as the engine is free).
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
@@ -78,75 +84,71 @@ class ServeOptions:
         drain_timeout: seconds SIGTERM/SIGINT waits for accepted requests before exiting.
         pooling: ``pooler``, ``cls`` or ``mean`` for requests that name none.
         model_name: the name in KServe routes, ``/info`` and OpenAI answers (default: the directory name).
+        max_response_bytes: bytes an answer may take, estimated before it is computed (413 past it, naming
+            how to ask for less). ``None``: the answer of the largest request the other limits allow
+            (``max_client_batch_size`` inputs of the model's positions with every output, as JSON), so only
+            requests past those limits are refused.
+        max_header_bytes: bytes of the request line and headers (431 past it).
+        max_headers: headers per request (431 past it).
+        max_url_bytes: bytes of the request target, path and query (414 past it); at most
+            ``max_header_bytes``.
+        header_timeout: seconds to receive a request's line and headers (408 past it, then the connection
+            is closed); a new connection that sends nothing is closed after it.
+        keep_alive_timeout: seconds an idle kept-alive connection stays open.
+        write_timeout: seconds an answer may go without the client reading any of it; past it the
+            connection is closed and the answer freed.
+
+    The connection limits (headers, URL, header, keep-alive and write timeouts) are enforced by
+    :func:`bertonnx.serve.run_server`; an app run by another server (Ray Serve's proxy) has that server's.
 
     Raises:
-        TypeError: a field has the wrong type.
-        ValueError: a field is out of range.
+        pydantic.ValidationError: a field has the wrong type or is out of range (a ``ValueError``; every
+            problem is listed with its field). Numbers are finite; ints are not bools or floats.
     """
 
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
-    max_batch_requests: int | None = DEFAULT_MAX_BATCH_REQUESTS
-    max_client_batch_size: int = DEFAULT_MAX_CLIENT_BATCH_SIZE
-    max_queue: int = DEFAULT_MAX_QUEUE
-    max_queue_wait: float | None = DEFAULT_MAX_QUEUE_WAIT_S
-    batch_wait_ms: float = DEFAULT_BATCH_WAIT_MS
-    payload_limit: int = DEFAULT_PAYLOAD_LIMIT
+    max_batch_requests: PositiveInt | None = DEFAULT_MAX_BATCH_REQUESTS
+    max_client_batch_size: PositiveInt = DEFAULT_MAX_CLIENT_BATCH_SIZE
+    max_queue: PositiveInt = DEFAULT_MAX_QUEUE
+    max_queue_wait: Annotated[float, Field(gt=0)] | None = DEFAULT_MAX_QUEUE_WAIT_S
+    batch_wait_ms: Seconds = DEFAULT_BATCH_WAIT_MS
+    payload_limit: PositiveInt = DEFAULT_PAYLOAD_LIMIT
     auto_truncate: bool = False
-    api_key: str | None = None
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT_S
-    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT_S
+    api_key: Annotated[str, Field(min_length=1)] | None = None
+    request_timeout: Annotated[float, Field(gt=0)] = DEFAULT_REQUEST_TIMEOUT_S
+    drain_timeout: Seconds = DEFAULT_DRAIN_TIMEOUT_S
     pooling: str = DEFAULT_POOLING
-    model_name: str | None = None
+    model_name: Annotated[str, Field(min_length=1)] | None = None
+    max_response_bytes: PositiveInt | None = None
+    max_header_bytes: PositiveInt = DEFAULT_MAX_HEADER_BYTES
+    max_headers: PositiveInt = DEFAULT_MAX_HEADERS
+    max_url_bytes: PositiveInt = DEFAULT_MAX_URL_BYTES
+    header_timeout: Annotated[float, Field(gt=0)] = DEFAULT_HEADER_TIMEOUT_S
+    keep_alive_timeout: Annotated[float, Field(gt=0)] = DEFAULT_KEEP_ALIVE_TIMEOUT_S
+    write_timeout: Annotated[float, Field(gt=0)] = DEFAULT_WRITE_TIMEOUT_S
 
-    def __post_init__(self) -> None:
-        for name in ("max_client_batch_size", "max_queue", "payload_limit"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        if self.max_batch_requests is not None:
-            if isinstance(self.max_batch_requests, bool) or not isinstance(self.max_batch_requests, int):
-                raise TypeError(
-                    f"max_batch_requests must be an int or None, got {type(self.max_batch_requests).__name__}"
-                )
-            if self.max_batch_requests < 1:
-                raise ValueError(
-                    f"max_batch_requests must be >= 1 (1: one request per engine run) or None (no limit), "
-                    f"got {self.max_batch_requests}"
-                )
-        if self.max_queue_wait is not None:
-            if isinstance(self.max_queue_wait, bool) or not isinstance(self.max_queue_wait, (int, float)):
-                raise TypeError(f"max_queue_wait must be a number or None, got {type(self.max_queue_wait).__name__}")
-            if not (self.max_queue_wait > 0 and math.isfinite(self.max_queue_wait)):
-                raise ValueError(
-                    f"max_queue_wait must be finite and > 0 seconds, or None (no limit); got {self.max_queue_wait}"
-                )
-        BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # raises if bad
-        for name in ("batch_wait_ms", "request_timeout", "drain_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            if not math.isfinite(value):
-                raise ValueError(
-                    f"{name} must be a finite number of {'ms' if name == 'batch_wait_ms' else 's'}, got {value}"
-                )
-            if value < 0 or (value == 0 and name == "request_timeout"):
-                raise ValueError(f"{name} must be {'> 0' if name == 'request_timeout' else '>= 0'}, got {value}")
+    @field_validator("pooling")
+    @classmethod
+    def _known_pooling(cls, value: str) -> str:
+        if value not in POOLING_MODES:
+            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeOptions:
+        BatchLimits(max_batch_tokens=self.max_batch_tokens, max_batch_size=self.max_batch_size)  # its own message
         if self.max_queue < self.max_client_batch_size:
             raise ValueError(
                 f"max_queue ({self.max_queue}) must be >= max_client_batch_size ({self.max_client_batch_size}), "
                 "or a full request could never be queued; raise max_queue or lower max_client_batch_size"
             )
-        if not isinstance(self.auto_truncate, bool):
-            raise TypeError(f"auto_truncate must be a bool, got {type(self.auto_truncate).__name__}")
-        if self.pooling not in POOLING_MODES:
-            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {self.pooling!r}")
-        for name in ("api_key", "model_name"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValueError(f"{name} must be a non-empty str or None, got {value!r}")
+        if self.max_url_bytes > self.max_header_bytes:
+            raise ValueError(
+                f"max_url_bytes ({self.max_url_bytes}) must be <= max_header_bytes ({self.max_header_bytes}): the "
+                "request target is part of the request line"
+            )
+        return self
 
     @property
     def limits(self) -> BatchLimits:

@@ -67,6 +67,8 @@ REQUEST_EXAMPLES = {
     "/predict": '{"inputs": ["sentence A", "sentence B"] or [["A", "B"], ...], "raw_scores": false, "truncate": false}',
     "/encode": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
     "/tokenize": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
+    "/rerank": '{"query": "what is deep learning?", "texts": ["text", ...], "raw_scores": false, "return_text": false}',
+    "/fill_mask": '{"inputs": ["the capital of france is [MASK].", ...], "top_k": 5, "truncate": false}',
     "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
     "infer": '{"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [101, 7592, 999, 102]},'
     " ... attention_mask, token_type_ids]}",
@@ -133,8 +135,9 @@ class ErrorResponse(BaseModel):
 
     error: str = Field(description="what is wrong and how to fix it")
     error_type: str = Field(
-        description="unauthorized | not_found | method_not_allowed | payload_too_large | validation | "
-        "overloaded | backend | unavailable | timeout"
+        description="bad_request | unauthorized | not_found | method_not_allowed | request_timeout | "
+        "payload_too_large | uri_too_long | unsupported_media_type | validation | overloaded | headers_too_large | "
+        "backend | unavailable | timeout"
     )
 
 
@@ -309,6 +312,7 @@ class InfoResponse(BaseModel):
     engine: str
     precision: str
     random_weights: bool
+    task: dict[str, Any] = Field(description="architecture, tasks, heads, num_labels, labels, problem_type")
     hidden_size: int
     max_input_length: int
     pooling: str

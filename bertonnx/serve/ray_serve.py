@@ -24,11 +24,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ModelDirectoryError
+from ..exit_codes import EXIT_OK
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT, BertOnnx
@@ -37,10 +36,9 @@ from ..options import RuntimeOptions
 if TYPE_CHECKING:
     from . import ServeOptions
 
-__all__ = ["APP_NAME", "deployment", "main", "wait_ready"]
+__all__ = ["APP_NAME", "deployment", "serve_on_ray", "wait_ready"]
 
 APP_NAME = "bertonnx"
-EXIT_USAGE = 2
 #: Seconds ``bertonnx serve --ray`` waits for ``/ready`` after the replicas started.
 READY_TIMEOUT_S = 120.0
 
@@ -85,8 +83,7 @@ def deployment(
 
     options = options or ServeOptions()
     manifest = read_manifest(model_dir)
-    if variant not in manifest.variants:
-        raise ValueError(f"{manifest.directory} has no {variant!r} variant; it holds {', '.join(manifest.variants)}")
+    manifest.require_variant(variant)
     for label, value in (("replicas", replicas), ("threads", threads)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{label} must be an int >= 1, got {value!r}")
@@ -137,65 +134,22 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _ray_argv(argv: list[str]) -> list[str]:
-    out = []
-    for i, word in enumerate(argv):
-        following = argv[i + 1] if i + 1 < len(argv) else ""
-        out.append("--ray=" if word == "--ray" and not (following == "auto" or ":" in following) else word)
-    return out
+def serve_on_ray(args: argparse.Namespace, options: ServeOptions) -> int:
+    """``bertonnx serve DIR --ray [ADDRESS] --replicas N``: deploy, wait until ready, serve until Ctrl-C.
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """``bertonnx serve``'s parser plus the Ray options."""
-    from .arguments import build_parser as serve_parser
-
-    parser: argparse.ArgumentParser = serve_parser()
-    ray = parser.add_argument_group("Ray Serve")
-    ray.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        metavar="ADDRESS",
-        help="serve on Ray: no ADDRESS starts a local cluster; `auto`, HOST:PORT or ray://HOST:PORT joins one",
+    ``args`` are ``bertonnx serve``'s (:func:`bertonnx.serve.arguments.add_serve_arguments`), ``options``
+    built from them by :func:`bertonnx.serve.arguments.serve_options`, as for the plain server.
+    """
+    threads = args.threads or 1
+    app = deployment(
+        args.model_dir,
+        options,
+        variant=args.variant,
+        replicas=args.replicas,
+        threads=threads,
+        spinning=args.spinning,
+        max_ongoing_requests=args.max_ongoing_requests,
     )
-    ray.add_argument("--replicas", type=int, default=1, help="replicas, each with its own model (default 1)")
-    ray.add_argument(
-        "--max-ongoing-requests",
-        type=int,
-        default=None,
-        help="requests in flight per replica (default: --max-queue, so Serve never caps a batch)",
-    )
-    parser.set_defaults(threads=1)
-    parser.epilog = "With --ray, --threads is per replica (default 1) and Ray reserves that many CPUs for each."
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``bertonnx serve DIR --ray [ADDRESS] --replicas N``: deploy, wait until ready, serve until Ctrl-C."""
-    try:
-        require_extra("ray", "serving on Ray (`bertonnx serve --ray`)")
-        from . import ServeOptions
-    except ImportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    args = build_parser().parse_intermixed_args(_ray_argv(list(sys.argv[1:] if argv is None else argv)))
-    fields = {f.name for f in dataclasses.fields(ServeOptions)}
-    try:  # the serve parser's options are ServeOptions' fields by name
-        values = {name: value for name, value in vars(args).items() if name in fields}
-        options = ServeOptions(**{**values, "api_key": values.get("api_key") or None})
-        app = deployment(
-            args.model_dir,
-            options,
-            variant=args.variant,
-            replicas=args.replicas,
-            threads=args.threads,
-            spinning=getattr(args, "spinning", False),
-            max_ongoing_requests=args.max_ongoing_requests,
-        )
-    except (ValueError, TypeError) as exc:
-        kind = "model directory" if isinstance(exc, ModelDirectoryError) else "options"
-        print(f"error ({kind}): {exc}", file=sys.stderr)
-        return EXIT_USAGE
     import ray
     from ray import serve
 
@@ -206,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serve.run(app, name=APP_NAME, route_prefix="/")
         url = f"http://{args.host}:{args.port}"
         wait_ready(url, args.replicas)
-        print(json.dumps({"url": url, "replicas": args.replicas, "threads_per_replica": args.threads}))
+        print(json.dumps({"url": url, "replicas": args.replicas, "threads_per_replica": threads}))
         print(f"serving {args.model_dir} at {url} on {args.replicas} Ray Serve replicas; Ctrl-C stops", file=sys.stderr)
         while True:
             time.sleep(3600)
@@ -215,4 +169,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:  # a joined cluster keeps its other applications; a local one goes away with us
         serve.shutdown() if not args.ray else serve.delete(APP_NAME)  # type: ignore[no-untyped-call]
         ray.shutdown()
-    return 0
+    return EXIT_OK

@@ -17,7 +17,7 @@ queued inputs *closest to it in length*, as many as the budget allows
   padding costs more than a larger batch gains, and the inputs left out (other lengths) make their own
   batch next. Offline, sorting a window of thousands of inputs does this implicitly; a server sees only
   what is queued (about the concurrency), so a batch of everything queued would pad a 6-token input to
-  64 (measured: 83 % padding at concurrency 32 before this rule).
+  64 (the padding this rule saved: benchmarks/DEFAULTS.md, "A large batch stops growing at 25 % padding").
 - TEI takes its queue in arrival order (no sorting, so a short input batched with a 512-token one pads
   to 512); Triton batches only equal shapes; Ray Serve's ``@serve.batch`` takes up to ``max_batch_size``
   requests in arrival order after ``batch_wait_timeout_s``.
@@ -46,8 +46,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..batching import BatchLimits
+from ..errors import EngineError, QueueFullError, ShuttingDownError
+from .admission import TokenCost
 from .engine import Work
-from .errors import ServeError
 from .metrics import DROP_REASONS, ServeMetrics
 
 __all__ = [
@@ -65,9 +66,9 @@ log = logging.getLogger("bertonnx.serve")
 
 #: Batches remembered to estimate throughput for ``Retry-After``.
 RECENT_BATCHES = 32
-#: On CPU an engine run costs about its padded tokens once it has a few hundred of them (bert-base here:
-#: ~1.3 ms a token at 1×16, ~1.0 ms at 1×128 and at 8×128), so past this size a batch gains little from
-#: growing and splitting off inputs of other lengths saves their padding.
+#: On CPU an engine run costs about its padded tokens once it has a few hundred of them, so past this size a
+#: batch gains little from growing and splitting off inputs of other lengths saves their padding
+#: (benchmarks/DEFAULTS.md, "A large batch stops growing at 25 % padding").
 EFFICIENT_BATCH_TOKENS = 256
 #: Largest share of padding a batch past ``EFFICIENT_BATCH_TOKENS`` may grow to.
 MAX_PADDING_FRACTION = 0.25
@@ -154,15 +155,8 @@ def oldest_requests(tickets: Sequence[object], max_requests: int | None) -> list
     return picks
 
 
-class QueueFull(Exception):
-    """The queue cannot take a request's inputs; ``reason`` names the limit, ``retry_after`` the seconds to wait."""
-
-    def __init__(self, queued: int, max_queue: int, retry_after: int, reason: str | None = None) -> None:
-        self.reason = reason or f"{queued} inputs waiting, --max-queue {max_queue}"
-        super().__init__(self.reason)
-        self.queued = queued
-        self.max_queue = max_queue
-        self.retry_after = retry_after
+#: The scheduler's refusal (:class:`bertonnx.errors.QueueFullError`; the server answers it 429).
+QueueFull = QueueFullError
 
 
 @dataclass(eq=False)
@@ -205,7 +199,8 @@ class Scheduler:
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
         max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
-            seconds per token of recent batches; a request that would pass it gets :class:`QueueFull`
+            engine's cost per token (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between
+            the best cost seen and 4 times it); a request that would pass it gets :class:`QueueFull`
             (``None``: no limit; a request is always taken when nothing is queued).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
@@ -231,7 +226,7 @@ class Scheduler:
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
         self._recent: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
-        self._recent_tokens: deque[tuple[int, float]] = deque(maxlen=RECENT_BATCHES)
+        self.cost = TokenCost()
         self._executor: ThreadPoolExecutor | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: list[Entry] = []
@@ -253,7 +248,8 @@ class Scheduler:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="bertonnx-scheduler")
 
     async def stop(self) -> None:
-        """Stop batching; requests still queued get 503. Waits for the batch being computed."""
+        """Stop batching; requests still queued fail with :class:`~bertonnx.errors.ShuttingDownError`. Waits for
+        the batch being computed."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -261,7 +257,7 @@ class Scheduler:
             self._task = None
         for ticket in {entry.ticket for entry in self._queue + self._running}:
             if not ticket.future.done():
-                ticket.future.set_exception(ServeError("the server is shutting down; retry later", "unavailable"))
+                ticket.future.set_exception(ShuttingDownError())
         self._queue.clear()
         self._set_depth()
         if self._executor is not None:
@@ -279,16 +275,7 @@ class Scheduler:
             QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
                 queued with them would take longer than ``max_queue_wait`` seconds.
         """
-        if self.queued + len(works) > self.max_queue:
-            raise QueueFull(self.queued, self.max_queue, self.retry_after(len(works)))
-        wait = self.queued_seconds(sum(len(work.ids) for work in works))
-        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
-            raise QueueFull(
-                self.queued,
-                self.max_queue,
-                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
-                f"about {wait:.0f} s of work queued with this request, --max-queue-wait {self.max_queue_wait:g} s",
-            )
+        self.check_room(len(works), sum(len(work.ids) for work in works))
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -296,6 +283,25 @@ class Scheduler:
         self._set_depth()
         self._wakeup.set()
         return ticket
+
+    def check_room(self, inputs: int, tokens: int) -> None:
+        """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
+        with a lower bound of ``tokens``, a request can be refused before it is tokenized).
+
+        Raises:
+            QueueFull: the queue cannot take ``inputs`` more inputs, or (with ``max_queue_wait``) the work
+                queued with them would take longer than ``max_queue_wait`` seconds.
+        """
+        if self.queued + inputs > self.max_queue:
+            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
+        wait = self.queued_seconds(tokens)
+        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+            )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop a request's queued inputs (never computed) and count them under ``reason``.
@@ -326,13 +332,12 @@ class Scheduler:
 
     def queued_seconds(self, extra_tokens: int = 0) -> float | None:
         """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
-        the seconds per token of recent batches (``None`` before the first batch)."""
-        tokens = sum(count for count, _ in self._recent_tokens)
-        seconds = sum(elapsed for _, elapsed in self._recent_tokens)
-        if not tokens or seconds <= 0:
+        the estimated cost per token (``None`` before the first batch)."""
+        per_token = self.cost.seconds_per_token()
+        if per_token is None:
             return None
         pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
-        return (pending + extra_tokens) * seconds / tokens
+        return (pending + extra_tokens) * per_token
 
     # -- the loop -------------------------------------------------------------------------------------
 
@@ -395,7 +400,7 @@ class Scheduler:
                 answers = await loop.run_in_executor(self._executor, self._run_batch, [e.work for e in batch])
             except Exception as exc:
                 log.exception("engine run failed")
-                error = ServeError(f"the engine failed on this batch ({type(exc).__name__}: {exc})", "backend")
+                error = EngineError(f"{type(exc).__name__}: {exc}")
                 for ticket in {entry.ticket for entry in batch}:
                     if not ticket.future.done():
                         ticket.future.set_exception(error)
@@ -404,7 +409,7 @@ class Scheduler:
                 self._running = []
             elapsed = time.monotonic() - started
             self._recent.append((len(batch), elapsed))
-            self._recent_tokens.append((sum(entry.length for entry in batch), elapsed))
+            self.cost.observe(sum(entry.length for entry in batch), elapsed)
             self._record(batch, started, elapsed)
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket

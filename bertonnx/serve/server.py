@@ -7,6 +7,14 @@ ends the server once no request is in flight, or when ``drain_timeout`` has pass
 port stays open and new requests get 503 with ``Connection: close``; accepted ones finish. The process
 then exits 0. uvicorn re-raises a signal it caught after shutting down (so the process would die by
 SIGTERM); a drain is a normal end, so the signal is not recorded for that.
+
+A second signal during the drain, or the drain timeout, cuts off the requests still in flight: their tasks
+are cancelled and each gets a JSON 503 (:class:`bertonnx.serve.middleware.RequestAccounting` answers it)
+instead of uvicorn's plain-text 500 and a traceback per request; the process then exits 1. A third signal
+stops at once, as uvicorn does on a second Ctrl-C.
+
+Connections are served by :mod:`.connection` (uvicorn's httptools protocol with header limits, header
+and write timeouts); uvicorn's ``timeout_keep_alive`` closes idle kept-alive connections.
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
+from ..exit_codes import EXIT_ABANDONED, EXIT_LOAD_FAILED, EXIT_OK, EXIT_STARTUP_FAILED
 from .app import ServerState
+from .arguments import DEFAULT_HOST, DEFAULT_PORT
+from .connection import ConnectionLimits, bounded_protocol
 
 __all__ = [
     "DEFAULT_HOST",
@@ -35,16 +46,6 @@ __all__ = [
 
 log = logging.getLogger("bertonnx.serve")
 
-#: Loopback unless told otherwise: exposing the server is a decision, not a default.
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-EXIT_OK = 0
-#: The drain timeout passed with requests still in flight: they were cut off.
-EXIT_ABANDONED = 1
-#: uvicorn could not start listening (the CLI checks the address first, so this is a race); it logged why.
-EXIT_STARTUP_FAILED = 4
-#: The model could not be loaded (the reason is logged and was served by /ready).
-EXIT_LOAD_FAILED = 3
 #: Seconds uvicorn waits for connections after the drain (requests are done by then; keep-alives close).
 SHUTDOWN_GRACE_S = 1.0
 
@@ -57,6 +58,7 @@ class DrainingServer(uvicorn.Server):
         self.state = state
         self.drain_timeout = drain_timeout
         self.drain_started: float | None = None
+        self.cut_requested = False
         self.exit_code = EXIT_OK
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -69,7 +71,9 @@ class DrainingServer(uvicorn.Server):
                 self.drain_timeout,
                 self.state.in_flight.count,
             )
-        else:  # a second signal: stop now, as uvicorn does on a second Ctrl-C
+        elif not self.cut_requested:  # a second signal: cut the requests in flight off (on the next tick)
+            self.cut_requested = True
+        else:  # a third one: stop now, as uvicorn does on a second Ctrl-C
             self.should_exit = True
             self.force_exit = True
 
@@ -81,11 +85,19 @@ class DrainingServer(uvicorn.Server):
             if self.state.in_flight.count == 0:
                 log.info("drained in %.2f s", time.monotonic() - self.drain_started)
                 return True
-            if time.monotonic() - self.drain_started >= self.drain_timeout:
-                log.error("drain timeout: %d requests still in flight are cut off", self.state.in_flight.count)
+            if self.cut_requested or time.monotonic() - self.drain_started >= self.drain_timeout:
+                why = "a second signal" if self.cut_requested else "drain timeout"
+                log.error("%s: %d requests still in flight are cut off (503)", why, self.state.in_flight.count)
+                self.cut_off()
                 self.exit_code = EXIT_ABANDONED
                 return True
         return await super().on_tick(counter)
+
+    def cut_off(self) -> None:
+        """Cancel every request task; each answers 503 if it had not started answering."""
+        self.state.in_flight.cut_off = True
+        for task in list(self.server_state.tasks):
+            task.cancel()
 
 
 def run_server(
@@ -104,6 +116,7 @@ def run_server(
         could not listen (it logs why).
     """
     state: ServerState = app.state.bertonnx
+    options = state.options
     log_config: dict[str, Any] = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
     log_config["loggers"]["bertonnx"] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
     config = uvicorn.Config(
@@ -115,8 +128,10 @@ def run_server(
         access_log=access_log,
         lifespan="on",
         timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
+        http=bounded_protocol(ConnectionLimits.from_options(options)),
+        timeout_keep_alive=options.keep_alive_timeout,  # type: ignore[arg-type]  # a float: it goes to call_later
     )
-    server = DrainingServer(config, state, state.options.drain_timeout)
+    server = DrainingServer(config, state, options.drain_timeout)
     try:
         server.run()
     except SystemExit:  # uvicorn exits (with its own code 3) when it cannot bind, after logging why

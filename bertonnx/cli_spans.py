@@ -1,0 +1,189 @@
+"""``bertonnx tag`` and ``bertonnx answer``: named entities and extractive answers from the command line.
+
+Both print one line per entity or answer, ``start``/``end`` character offsets into the text as given, or
+with ``--json`` the pipeline-shaped answer (:meth:`bertonnx.BertOnnx.tag`, :meth:`bertonnx.BertOnnx.answer`).
+Registered in :data:`bertonnx.cli.COMMANDS` by name, imported only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .cli import _add_model_args, _load, _random_banner
+from .command import EXIT_OK, ArgumentParser, Command, CommandError, positive_int
+from .files import read_lines, read_text
+from .model import DEFAULT_BATCH_SIZE
+from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
+from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+
+__all__ = ["ANSWER_COMMAND", "TAG_COMMAND"]
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
+def _command_line_terms(message: str) -> str:
+    """A runtime message with its Python keywords spelled as this command's options."""
+    for python, option in (
+        ("pass stride (e.g. stride=128)", "pass --stride (e.g. --stride 128)"),
+        ("aggregation_strategy", "--aggregation-strategy"),
+        ("max_answer_len", "--max-answer-len"),
+        ("doc_stride", "--doc-stride"),
+        ("max_seq_len", "--max-seq-len"),
+        ("top_k", "--top-k"),
+    ):
+        message = message.replace(python, option)
+    return message
+
+
+# -- tag ---------------------------------------------------------------------------------------------
+
+TAG_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input).
+output: per text its entities, one per line: label, score, start:end (character offsets into the text)
+and the text they cover; --json prints one JSON list per text (the shape of transformers'
+pipeline("token-classification")). A text longer than the model's 512 tokens needs --stride."""
+
+
+def _tag_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to tag (or use --input)")
+    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
+    parser.add_argument(
+        "--aggregation-strategy",
+        choices=AGGREGATION_STRATEGIES,
+        default="simple",
+        help="none: every token; simple: B-/I- tags grouped; first/average/max: one label per word (default simple)",
+    )
+    parser.add_argument(
+        "--ignore-label",
+        action="append",
+        metavar="LABEL",
+        help=f"leave LABEL out (repeatable; default {', '.join(DEFAULT_IGNORE_LABELS)}; --keep-all for none)",
+    )
+    parser.add_argument("--keep-all", action="store_true", help="ignore no label (every token or group shown)")
+    parser.add_argument(
+        "--stride", type=_non_negative_int, default=None, help="tag long texts in windows sharing this many tokens"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
+
+
+def cmd_tag(args: argparse.Namespace) -> int:
+    if bool(args.texts) == (args.input is not None):
+        raise CommandError("give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither")
+    if args.keep_all and args.ignore_label:
+        raise CommandError("--keep-all and --ignore-label contradict each other; give one of them")
+    texts = list(args.texts) if args.texts else read_lines(args.input, "--input")
+    ignore = () if args.keep_all else tuple(args.ignore_label or DEFAULT_IGNORE_LABELS)
+    model = _load(args)
+    try:
+        found = model.tag(texts, args.aggregation_strategy, ignore, args.stride, batch_size=args.batch_size)
+    except ValueError as exc:
+        raise CommandError(_command_line_terms(str(exc))) from exc
+    if args.json:
+        print(json.dumps(found if len(texts) != 1 or args.input else found[0], ensure_ascii=False))
+        return EXIT_OK
+    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    for index, (text, entities) in enumerate(zip(texts, found, strict=True)):
+        if len(texts) > 1:
+            lines.append(f"# text {index}")
+        if not entities:
+            lines.append("(no entities)")
+        for entity in entities:
+            label = entity.get("entity_group", entity.get("entity"))
+            covered = text[entity["start"] : entity["end"]]
+            lines.append(f"{label:<12} {entity['score']:.4f}  {entity['start']}:{entity['end']}  {covered!r}")
+    print("\n".join(line for line in lines if line))
+    return EXIT_OK
+
+
+TAG_COMMAND = Command(
+    "tag",
+    "named entities (token labels) of each text with character offsets (token-classification exports)",
+    _tag_arguments,
+    cmd_tag,
+    epilog=TAG_EPILOG,
+)
+
+
+# -- answer ------------------------------------------------------------------------------------------
+
+ANSWER_EPILOG = """\
+The context comes from --context TEXT or --context-file FILE (UTF-8, read whole; - for standard
+input); a long context is searched in overlapping windows, never cut. Repeat --question to ask several
+questions of the same context. Output: per question its answers, best first: score, start:end
+(character offsets into the context) and the answer; --json prints the shape of transformers'
+pipeline("question-answering") (an object per question, a list of them with --top-k > 1)."""
+
+
+def _answer_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("--question", action="append", required=True, metavar="TEXT", help="repeatable")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--context", metavar="TEXT", help="the text to find the answer in")
+    source.add_argument("--context-file", metavar="FILE", help="read the context from FILE (- for stdin)")
+    parser.add_argument("--top-k", type=positive_int, default=1, help="answers per question (default 1)")
+    parser.add_argument(
+        "--max-answer-len",
+        type=positive_int,
+        default=DEFAULT_MAX_ANSWER_LEN,
+        help=f"longest answer in tokens (default {DEFAULT_MAX_ANSWER_LEN})",
+    )
+    parser.add_argument(
+        "--doc-stride",
+        type=_non_negative_int,
+        default=DEFAULT_DOC_STRIDE,
+        help=f"context tokens shared by consecutive windows (default {DEFAULT_DOC_STRIDE})",
+    )
+    parser.add_argument("--max-seq-len", type=positive_int, default=None, help="tokens per window (default 384)")
+    parser.add_argument(
+        "--handle-impossible-answer", action="store_true", help="offer the empty answer when [CLS] scores highest"
+    )
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    if args.context is not None:
+        context = args.context
+    else:
+        context = read_text(args.context_file, "--context-file", what="a text file holding the context")
+    model = _load(args)
+    try:
+        found: list[Any] = model.answer(
+            list(args.question),
+            context,
+            args.top_k,
+            args.max_answer_len,
+            args.doc_stride,
+            args.handle_impossible_answer,
+            max_seq_len=args.max_seq_len,
+        )
+    except ValueError as exc:
+        raise CommandError(_command_line_terms(str(exc))) from exc
+    if args.json:
+        print(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+        return EXIT_OK
+    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    for question, answers in zip(args.question, found, strict=True):
+        lines.append(f"Q: {question}")
+        for answer in answers if isinstance(answers, list) else [answers]:
+            lines.append(f"  {answer['score']:.4f}  {answer['start']}:{answer['end']}  {answer['answer']!r}")
+    print("\n".join(line for line in lines if line))
+    return EXIT_OK
+
+
+ANSWER_COMMAND = Command(
+    "answer",
+    "extractive answers to --question in --context or --context-file (question-answering exports)",
+    _answer_arguments,
+    cmd_answer,
+    epilog=ANSWER_EPILOG,
+)

@@ -1,0 +1,11 @@
+"""The corpus job's tasks and bad-row modes, by name (no pyarrow), for the parser and :mod:`.compute` alike."""
+
+from __future__ import annotations
+
+__all__ = ["ON_ERROR_MODES", "TASKS"]
+
+#: ``embed``: one vector per text; ``nsp``: P(second sentence follows the first); ``encode``: the graph outputs;
+#: ``classify``: label and score per row (the export's classifier); ``tag``: the entities of each row.
+TASKS = ("embed", "nsp", "encode", "classify", "tag")
+#: ``stop``: the first bad row stops the job; ``skip``: bad rows go to the rejects file.
+ON_ERROR_MODES = ("stop", "skip")
