@@ -53,8 +53,8 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 
 #: Variant name -> file name. ``fp32`` is the graph as exported; ``optimized`` carries onnxruntime's
-#: transformer fusions; ``int8`` is dynamically quantized; ``bf16`` is the graph as OpenVINO IR, run by
-#: OpenVINO with bf16 matrix products (the accurate fast path on CPUs with AVX512-BF16 or AMX).
+#: transformer fusions; ``int8`` is quantized per row (batch-invariant int8); ``bf16`` is the graph as
+#: OpenVINO IR, run by OpenVINO with bf16 matrix products (the accurate fast path on CPUs with AVX512-BF16 or AMX).
 VARIANT_FILES: dict[str, str] = {
     "fp32": "model.onnx",
     "optimized": "model_optimized.onnx",

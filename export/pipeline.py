@@ -39,7 +39,7 @@ from . import gate
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, describe_io, export_graph, export_mlm_head
 from .source import DEFAULT_MODEL, Source, load_source
-from .variants import build_bf16, build_int8, build_optimized, externalize
+from .variants import build_bf16, build_int8, build_optimized, calibration_feeds, externalize
 
 ALL_VARIANTS = tuple(VARIANT_FILES)
 VERSIONED_PACKAGES = (
@@ -328,8 +328,9 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         records["optimized"]["fusions"] = fusions
         log(f"[export] fusions: {fusions}")
     if "int8" in records:
-        with _step(log, "quantize (dynamic int8, per-channel)"):
-            records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"])
+        with _step(log, "quantize (per-row int8)"):
+            calibration = calibration_feeds(staging / TOKENIZER_FILE, config.max_position_embeddings)
+            records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"], calibration)
 
     if "bf16" in records:
         with _step(log, "convert to OpenVINO IR (bf16 variant)"):
@@ -351,7 +352,10 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         failures: list[str] = []
         for variant, record in records.items():
             outputs = gate.variant_outputs(staging / record["file"], variant, cases, mlm_path)
-            figures = gate.compare(cases, reference, outputs, problem_type=problem_type)
+            figures = {
+                **gate.compare(cases, reference, outputs, problem_type=problem_type),
+                **gate.padded_batch_figures(cases, outputs),
+            }
             problems = gate.breaches(variant, figures)
             record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
             failures += problems
