@@ -27,7 +27,7 @@ engine runs rows of different requests and tasks in one batch (``driver.run_mixe
 equals the offline one.
 """
 
-from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError, InputTooLongError, ModelDirectoryError, RandomWeightsWarning, VariantMissingError
 from .model import BertOnnx
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
@@ -37,9 +37,11 @@ __all__ = [
     "BertOnnx",
     "BertOutput",
     "HeadMissingError",
+    "InputTooLongError",
     "ModelDirectoryError",
     "RandomWeightsWarning",
     "RuntimeOptions",
     "Tokenized",
+    "VariantMissingError",
     "__version__",
 ]

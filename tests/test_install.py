@@ -219,3 +219,12 @@ def test_torch_falls_back_to_the_pin_when_the_index_does_not_answer(cpu_index: s
             assert "is not reachable" in result.stdout
             assert result.stdout.splitlines()[-1].endswith(f"-m pip install --quiet {TORCH_PIN}")
             assert time.perf_counter() - start < 30
+
+
+def test_every_subpackage_is_in_the_distribution() -> None:
+    """A subpackage missing from pyproject's package list installs nowhere: `pip install .` then fails at
+    `import bertonnx` (the editable install used by the tests would hide it)."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join(path.parent.relative_to(ROOT).parts) for path in (ROOT / "bertonnx").rglob("__init__.py")}
+    assert found - listed == set(), f"add these to [tool.setuptools] packages in pyproject.toml: {found - listed}"
