@@ -342,7 +342,9 @@ for info in pkgutil.walk_packages(bertonnx.__path__, "bertonnx.", onerror=lambda
     try:
         importlib.import_module(info.name)
     except ImportError as exc:  # a subpackage whose extra is not installed may say so, never need torch
-        if "blocked import" in str(exc) or " extra, and " not in str(exc):
+        from bertonnx.extras import extra_of_module
+        of_extra = isinstance(exc, ModuleNotFoundError) and exc.name and extra_of_module(exc.name) not in (None, "export")
+        if "blocked import" in str(exc) or not (" extra, and " in str(exc) or of_extra):
             raise
 """
 
