@@ -343,7 +343,8 @@ for info in pkgutil.walk_packages(bertonnx.__path__, "bertonnx.", onerror=lambda
         importlib.import_module(info.name)
     except ImportError as exc:  # a subpackage whose extra is not installed may say so, never need torch
         from bertonnx.extras import extra_of_module
-        of_extra = isinstance(exc, ModuleNotFoundError) and exc.name and extra_of_module(exc.name) not in (None, "export")
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        of_extra = bool(missing) and extra_of_module(missing) not in (None, "export")
         if "blocked import" in str(exc) or not (" extra, and " in str(exc) or of_extra):
             raise
 """
