@@ -316,8 +316,20 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.submit([work(2)], deadline=1e12)  # ahead of them (shortest first): nothing queued before it
         await scheduler.stop()
 
+    async def own_deadline() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
+        scheduler.start()
+        scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
+        scheduler.submit([work(500)] * 4, deadline=1e12)  # 2 s of work queued
+        soon = time.monotonic() + 1.0
+        with pytest.raises(QueueFull, match=r"more than the 1 s left before its timeout"):
+            scheduler.submit([work(500)], deadline=soon)  # 2.5 s of work to finish: refused now, not a 504 later
+        scheduler.submit([work(6)], deadline=soon)  # ahead of the queued 500-token inputs: done in time
+        await scheduler.stop()
+
     run(scenario())
     run(empty_queue())
+    run(own_deadline())
 
 
 def test_stop_answers_queued_requests_with_503() -> None:

@@ -312,10 +312,13 @@ class Scheduler:
             deadline: ``time.monotonic()`` after which its inputs are dropped instead of computed.
 
         Raises:
-            QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
-                queued with them would take longer than ``max_queue_wait`` seconds.
+            QueueFull: the queue cannot take ``len(works)`` more inputs, or the work queued ahead of them and
+                they would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
+                instead of a 504 at the deadline).
         """
-        self.check_room(len(works), sum(len(work.ids) for work in works), max(len(work.ids) for work in works))
+        self.check_room(
+            len(works), sum(len(work.ids) for work in works), max(len(work.ids) for work in works), deadline
+        )
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
@@ -327,7 +330,7 @@ class Scheduler:
         self._wakeup.set()
         return ticket
 
-    def check_room(self, inputs: int, tokens: int, longest: int | None = None) -> None:
+    def check_room(self, inputs: int, tokens: int, longest: int | None = None, deadline: float | None = None) -> None:
         """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
         with lower bounds of ``tokens`` and ``longest``, a request can be refused before it is tokenized).
 
@@ -336,23 +339,36 @@ class Scheduler:
             tokens: their tokens.
             longest: tokens of its longest input: only queued work of lesser :func:`priority_key` than that
                 input's is counted ahead of it (``None``: all queued work).
+            deadline: ``time.monotonic()`` by which the request must be answered: refused now when the work
+                ahead of it and its own would pass it (``None``: not checked).
 
         Raises:
-            QueueFull: the queue cannot take ``inputs`` more inputs, or (with ``max_queue_wait``) the work
-                queued ahead of them and they would take longer than ``max_queue_wait`` seconds.
+            QueueFull: the queue cannot take ``inputs`` more inputs, or the work queued ahead of them and they
+                would take longer than ``max_queue_wait`` seconds or pass ``deadline``.
         """
         if self.queued + inputs > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
-        if self.max_queue_wait is None or not self._queue:
+        if (self.max_queue_wait is None and deadline is None) or not self._queue:
             return
-        before = None if longest is None else priority_key(time.monotonic(), longest, self.priority_per_token)
+        now = time.monotonic()
+        before = None if longest is None else priority_key(now, longest, self.priority_per_token)
         wait = self.queued_seconds(tokens, before)
-        if wait is not None and wait > self.max_queue_wait:
+        if wait is None:
+            return
+        if self.max_queue_wait is not None and wait > self.max_queue_wait:
             raise QueueFull(
                 self.queued,
                 self.max_queue,
                 max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
                 f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+            )
+        if deadline is not None and now + wait > deadline:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(now + wait - deadline)),
+                f"about {wait:.0f} s of work queued with this request, more than the {max(0.0, deadline - now):.0f} s "
+                "left before its timeout",
             )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
