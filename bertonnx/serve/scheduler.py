@@ -31,10 +31,11 @@ bound) and filled with the queued inputs *closest to it in length*, as many as t
 of the oldest ``max_batch_requests`` queued requests only (1: one request per run, batching across
 requests off; the serving benchmark's baseline).
 
-Refill: when a run ends with fewer inputs queued than were queued and running before it, the engine waits
-up to ``REFILL_WAIT_S`` for the clients it just answered to send their next inputs (a closed loop of
-single-text requests), so the next cut sorts a fuller queue. benchmarks/SCHEDULER.md has the replay that
-chose these rules (padding share and inputs per run of each candidate policy).
+Refill: when a run ends with fewer inputs queued than were queued and running before it (and at most
+``REFILL_MAX_INPUTS`` were), the engine waits up to ``REFILL_WAIT_S`` for the clients it just answered to
+send their next inputs (a closed loop of single-text requests), so the next cut sorts a fuller queue.
+benchmarks/SCHEDULER.md has the replay that chose these rules (padding share and inputs per run of each
+candidate policy).
 
 Continuous batching: a batch starts as soon as the engine is free; ``batch_wait_s`` > 0 holds it open
 until the oldest input has waited that long or the batch is full. The engine runs on one thread off the
@@ -88,6 +89,9 @@ MAX_PADDING_FRACTION = 0.25
 PRIORITY_SECONDS_PER_TOKEN = 0.004
 #: Seconds the engine waits after a run for the clients it answered to send their next inputs (see Refill).
 REFILL_WAIT_S = 0.005
+#: The refill wait applies only to a queue of at most this many inputs (a few dozen clients in a closed loop); a
+#: longer queue (an overload draining) has enough to sort and is never held.
+REFILL_MAX_INPUTS = 64
 #: ``Retry-After`` when nothing has run yet (no throughput to go by).
 DEFAULT_RETRY_AFTER_S = 1
 
@@ -425,8 +429,11 @@ class Scheduler:
         return oldest_requests([entry.ticket for entry in self._queue], self.max_batch_requests)
 
     async def _await_refill(self) -> None:
-        """After a run: wait up to ``refill_wait_s`` while fewer inputs are queued than before it."""
+        """After a run: wait up to ``refill_wait_s`` while fewer inputs are queued than before it (for a queue of
+        at most ``REFILL_MAX_INPUTS``)."""
         until, expected = self._refill
+        if expected > REFILL_MAX_INPUTS:
+            return
         while self._queue and len(self._queue) < expected:
             remaining = until - time.monotonic()
             if remaining <= 0:
