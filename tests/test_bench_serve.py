@@ -79,6 +79,14 @@ def test_quick_run_writes_a_consistent_report(quick: tuple[Path, dict[str, Any]]
         for point, (_, count) in zip(run["closed"], QUICK_PLAN.closed, strict=True):
             assert point["sent"] == count  # a closed loop sends every request of its prefix
             check_point(point)
+        single = run["single"]
+        assert [p["concurrency"] for p in single["points"]] == [1, 32]
+        for point in single["points"]:
+            check_point(point)
+            assert point["sent"] == point["inputs"] == QUICK_PLAN.single_texts  # one text per request
+            assert point["errors"] == {}, point["errors"]  # below saturation: no 429
+        assert single["offline"]["texts"] == QUICK_PLAN.single_texts
+        assert single["ratio_c32"] == single["points"][1]["inputs_per_s"] / single["offline"]["inputs_per_s"]
         # below saturation nothing fails, and concurrency 32 batches across requests
         for point in [*run["closed"][:3], *(p for p in run["open"] if p["fraction"] < 1)]:
             assert point["errors"] == {}, (precision, point["name"], point["errors"])

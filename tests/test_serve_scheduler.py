@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,15 @@ from bertonnx.serve.errors import from_core
 from bertonnx.serve.metrics import ServeMetrics
 from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
-from bertonnx.serve.scheduler import QueueFull, Scheduler, batch_is_full, oldest_requests, select_batch
+from bertonnx.serve.scheduler import (
+    PRIORITY_SECONDS_PER_TOKEN,
+    QueueFull,
+    Scheduler,
+    batch_is_full,
+    oldest_requests,
+    priority_key,
+    select_batch,
+)
 from bertonnx.tasks import Embed, Graph, Nsp
 
 ATOL = 1e-5
@@ -303,11 +312,24 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.cost.observe(10, 1.0)  # counted as 256 tokens/s: one 512-token input is 2 s of work
         scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
         with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
-            scheduler.submit([work(2)], deadline=1e12)
+            scheduler.submit([work(512)], deadline=1e12)  # behind the first 512 tokens
+        scheduler.submit([work(2)], deadline=1e12)  # ahead of them (shortest first): nothing queued before it
+        await scheduler.stop()
+
+    async def own_deadline() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
+        scheduler.start()
+        scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
+        scheduler.submit([work(500)] * 4, deadline=1e12)  # 2 s of work queued
+        soon = time.monotonic() + 1.0
+        with pytest.raises(QueueFull, match=r"more than the 1 s left before its timeout"):
+            scheduler.submit([work(500)], deadline=soon)  # 2.5 s of work to finish: refused now, not a 504 later
+        scheduler.submit([work(6)], deadline=soon)  # ahead of the queued 500-token inputs: done in time
         await scheduler.stop()
 
     run(scenario())
     run(empty_queue())
+    run(own_deadline())
 
 
 def test_stop_answers_queued_requests_with_503() -> None:
@@ -391,6 +413,113 @@ def test_protocol_pooling_lists_the_runtime_modes() -> None:
 
 
 # -- the engine: one run of mixed requests ----------------------------------------------------------------
+
+
+class SlowEngine:
+    """A batch runner that sleeps ``per_token`` seconds per padded token and records each batch's lengths."""
+
+    def __init__(self, per_token: float) -> None:
+        self.per_token = per_token
+        self.batches: list[list[int]] = []
+
+    def __call__(self, works: list[Work]) -> list[object]:
+        lengths = [len(w) for w in works]
+        time.sleep(self.per_token * max(lengths) * len(lengths))
+        self.batches.append(lengths)
+        return lengths
+
+
+def test_priority_key_is_shortest_first_within_an_age_bound() -> None:
+    assert priority_key(10.0, 6) < priority_key(10.0, 500)
+    long_then_short = (priority_key(0.0, 512), priority_key(1.9, 6))  # queued 1.9 s later, served first
+    assert long_then_short[1] < long_then_short[0]
+    bound = PRIORITY_SECONDS_PER_TOKEN * (512 - 6)
+    assert priority_key(0.0, 512) < priority_key(bound + 0.01, 6)  # ... but not once the long one is older
+    assert priority_key(1.0, 500, per_token=0.0) == 1.0  # 0: oldest first
+    lengths = [500, 6, 8, 480]
+    assert sorted(select_batch(lengths, BatchLimits(max_batch_tokens=512), anchor=1)) == [1, 2]
+
+
+def test_a_short_request_overtakes_queued_long_work_and_nothing_starves() -> None:
+    """Under overload: long requests queued first, short ones arriving behind them are answered first; every
+    request is answered within its deadline or refused at once (429); none is left waiting past it."""
+
+    async def scenario() -> None:
+        engine = SlowEngine(per_token=2e-5)  # a 256 x 8 batch: 41 ms
+        scheduler = Scheduler(engine, BatchLimits(max_batch_tokens=2048), max_queue=10_000, max_queue_wait=1.0)
+        scheduler.cost.observe(2048, 2048 * 2e-5)  # the engine's true cost, as if measured
+        scheduler.start()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = time.monotonic() + 5.0
+        done_at: dict[str, list[float]] = {"long": [], "short": []}
+        refused = {"long": 0, "short": 0}
+
+        async def one(kind: str, length: int) -> None:
+            try:
+                ticket = scheduler.submit([work(length)], deadline)
+            except QueueFull:
+                refused[kind] += 1
+                return
+            await ticket.future
+            done_at[kind].append(loop.time() - started)
+
+        longs = [asyncio.ensure_future(one("long", 256)) for _ in range(400)]  # ~2 s of work: most refused
+        await asyncio.sleep(0.05)
+        shorts = [asyncio.ensure_future(one("short", 8)) for _ in range(40)]
+        await asyncio.wait_for(asyncio.gather(*longs, *shorts), timeout=10)
+        await scheduler.stop()
+        assert refused["short"] == 0  # nothing queued ahead of them passes max_queue_wait
+        assert refused["long"] > 0  # the long ones past 1 s of queued work were refused
+        assert len(done_at["long"]) + refused["long"] == 400  # every long one answered or refused
+        assert max(done_at["short"]) < 0.5 < max(done_at["long"])  # the shorts did not wait for the long queue
+        assert max(done_at["long"]) < 5.0  # within the deadline
+
+    run(scenario())
+
+
+def test_refill_waits_for_answered_clients_and_batches_more() -> None:
+    """A closed loop of single-input clients: with the refill wait the engine cuts from a fuller queue."""
+
+    async def closed_loop(refill: float) -> float:
+        engine = SlowEngine(per_token=2e-5)
+        scheduler = Scheduler(engine, BatchLimits(), max_queue=100, refill_wait_s=refill)
+        scheduler.start()
+        rng = random.Random(5)
+
+        async def client() -> None:
+            for _ in range(12):
+                await asyncio.sleep(0.001)  # the answer goes back and the next request comes in
+                await scheduler.submit([work(rng.randint(6, 180))], deadline=1e12).future
+
+        await asyncio.gather(*(client() for _ in range(16)))
+        await scheduler.stop()
+        return sum(len(b) for b in engine.batches) / len(engine.batches)
+
+    without, with_refill = run(closed_loop(0.0)), run(closed_loop(0.005))
+    assert with_refill > without
+
+
+def test_answers_through_the_scheduler_equal_offline_whatever_they_are_batched_with(tiny_export: Path) -> None:
+    model = BertOnnx(tiny_export)
+    engine = Engine(model)
+    rng = random.Random(3)
+    texts = [" ".join(["word"] * rng.randint(1, 60)) + f" {i}" for i in range(24)]
+    expected = model.embed(texts, "mean", normalize=True)
+
+    async def scenario() -> list[list[object]]:
+        scheduler = Scheduler(engine.run, BatchLimits(max_batch_tokens=256), max_queue=100)
+        scheduler.start()
+        encodings = model.encode(texts)
+        task = Embed("mean", normalize=True)
+        tickets = [scheduler.submit([Work(e.ids, e.type_ids, task)], deadline=1e12) for e in encodings]
+        answers = await asyncio.gather(*(t.future for t in tickets))
+        await scheduler.stop()
+        return answers
+
+    answers = run(scenario())
+    np.testing.assert_allclose(np.stack([a[0] for a in answers]), expected, atol=ATOL)
+
 
 TEXTS = ["hello world", "the weather is nice today", "a", "Ünïcödé text, with digits 12345 and CJK 汉字"]
 PAIRS = [("the weather is nice", "i agree with you"), ("short", "a much longer second sentence here")]

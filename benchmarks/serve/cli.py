@@ -9,7 +9,10 @@ For each precision (``fp32`` and ``bf16`` by default), one after another:
    capacity = the concurrency-32 point's requests/s; open loops at fractions of it below and past saturation;
    then the overload test: 0.5× capacity, 4× capacity, 0.5× again, with a one-text probe throughout;
 3. **batching off** (a fresh server with ``--max-batch-requests 1``): concurrency 32 on the same requests;
-4. **soak** (a fresh server): one-input requests of mixed lengths and routes, closed loop, RSS sampled.
+4. **soak** (a fresh server): one-input requests of mixed lengths and routes, closed loop, RSS sampled;
+5. **single** (issue 22's workload, on the main server): ``single_texts`` seeded texts of 4-160 words, one per
+   ``/embed`` request (``pooling: mean``, ``truncate: true``), closed loops at concurrency 1 and 32, against
+   offline ``BertOnnx.embed`` of the same texts in one call (the independent ratio) and one call each.
 
 Every load loop runs in a separate generator process (:mod:`.loadgen`) over loopback, bounded in count and
 time. Answers are checked against the offline answers (fp32 within 1e-4, bf16 by cosine) for the requests the
@@ -40,10 +43,10 @@ from ..corpus import DEFAULT_CORPUS_SEED
 from ..machine import cpu_facts, now_utc, versions
 from .harness import ServerProcess, run_module
 from .stats import DONE, SCHEDULED, STATUS, batch_figures, server_figures, summarize
-from .workload import build_requests, probe_request, write_requests
+from .workload import build_requests, build_single_requests, probe_request, write_requests
 
 PRECISIONS = {"fp32": "fp32", "bf16": "bf16"}
-SECTIONS = ("offline", "closed", "open", "overload", "batching-off", "soak")
+SECTIONS = ("offline", "closed", "open", "overload", "single", "batching-off", "soak")
 DEFAULT_OUT = Path("bertonnx-bench-serve")
 PACKAGE = __package__ or "benchmarks.serve"
 #: Tolerances of a server answer against the offline one for the same input (batching may differ).
@@ -83,6 +86,7 @@ class Plan:
         soak_requests, soak_concurrency: the soak's one-input requests and closed-loop concurrency.
         soak_sample_s: seconds between RSS samples in the soak.
         warmup_requests: untimed requests sent to each fresh server first.
+        single_texts: texts of the single-text workload (``single`` section; concurrency 1 and 32 send all).
     """
 
     corpus_size: int = 2000
@@ -97,6 +101,7 @@ class Plan:
     soak_concurrency: int = 32
     soak_sample_s: float = 1.0
     warmup_requests: int = 16
+    single_texts: int = 600
 
     @property
     def list_size(self) -> int:
@@ -115,6 +120,7 @@ QUICK_PLAN = Plan(
     soak_requests=400,
     soak_sample_s=0.2,
     warmup_requests=8,
+    single_texts=48,
 )
 
 
@@ -178,6 +184,7 @@ class Bench:
         manifest = read_manifest(args.model_dir)
         tokenizer = TextTokenizer(manifest.directory / "tokenizer.json", manifest.max_position_embeddings)
         mixed = build_requests(tokenizer, plan.list_size, corpus_size=plan.corpus_size, seed=args.seed)
+        single = build_single_requests(tokenizer, plan.single_texts, seed=args.seed)
         soak = build_requests(
             tokenizer, plan.soak_requests, corpus_size=plan.corpus_size, seed=args.seed, one_input=True
         )
@@ -185,10 +192,16 @@ class Bench:
             "mixed": str(write_requests(work / "mixed.jsonl", mixed)),
             "probe": str(write_requests(work / "probe.jsonl", [probe_request(tokenizer)])),
             "soak": str(write_requests(work / "soak.jsonl", soak)),
+            "single": str(write_requests(work / "single.jsonl", single)),
         }
         self.rows = {
             name: [r.to_json() | {"body": None} for r in reqs]
-            for name, reqs in (("mixed", mixed), ("probe", [probe_request(tokenizer)]), ("soak", soak))
+            for name, reqs in (
+                ("mixed", mixed),
+                ("probe", [probe_request(tokenizer)]),
+                ("soak", soak),
+                ("single", single),
+            )
         }
         self.server_args = shlex.split(args.server_args)
         self.answers: dict[str, np.ndarray] = {}
@@ -208,7 +221,7 @@ class Bench:
             "client": self.args.client,
             "timeout": REQUEST_TIMEOUT_S + CLIENT_MARGIN_S,
             "files": self.files,
-            "check": {"mixed": [int(k[1:]) for k in self.answers]} if check else {},
+            "check": self.checked(phase) if check else {},
             "phase": phase,
         }
         budget = phase.get("max_seconds", 0) + sum(s["start_s"] + s["seconds"] for s in phase.get("streams", []))
@@ -251,17 +264,26 @@ class Bench:
             ),
             batches=batch_figures(before, after),
         )
-        self.check_answers(name, out["answers"].get("mixed", {}))
+        if "mixed" in named.values():
+            self.check_answers(name, out["answers"].get("mixed", {}))
+        if "single" in named.values():
+            self.check_answers(name, out["answers"]["single"], prefix="s")
         return summary, out
 
     # -- correctness ----------------------------------------------------------------------------------------
 
-    def check_answers(self, point: str, answers: dict[str, Any]) -> None:
+    def checked(self, phase: dict[str, Any]) -> dict[str, list[int]]:
+        """The requests whose answers the generator keeps: those the offline run answered, per request file."""
+        if phase.get("file") == "single":
+            return {"single": [int(k[1:]) for k in self.answers if k.startswith("s")]}
+        return {"mixed": [int(k[1:]) for k in self.answers if k[0] in "ep"]}
+
+    def check_answers(self, point: str, answers: dict[str, Any], prefix: str = "e") -> None:
         worst = {"max_abs": 0.0, "min_cosine": 1.0, "probability_abs": 0.0}
         failures = 0
         for index, answer in answers.items():
-            if f"e{index}" in self.answers:
-                expected = self.answers[f"e{index}"]
+            if f"{prefix}{index}" in self.answers:
+                expected = self.answers[f"{prefix}{index}"]
                 actual = np.asarray(answer, dtype=np.float32)
                 if actual.shape != expected.shape:
                     failures += 1
@@ -300,6 +322,7 @@ class Bench:
             "single": list(range(single_n)),
             "passes": plan.offline_passes,
             "answers": str(self.work / f"{self.precision}-answers.npz"),
+            "single_workload": self.files["single"],
         }
         progress(f"{self.precision}: offline ceiling ({ceiling_n} requests) and {single_n} single calls")
         self.result["offline"] = run_module(f"{PACKAGE}.offline", spec, self.work, f"{self.precision}-offline", 7200)
@@ -390,6 +413,30 @@ class Bench:
         result["overload_end_s"] = overload_end - origin
         self.result["overload"] = result
 
+    def single(self, server: ServerProcess) -> None:
+        """Issue 22's workload: one text per request at concurrency 1 and 32, against offline embed."""
+        count = self.plan.single_texts
+        points = []
+        for concurrency in (1, 32):
+            progress(f"{self.precision}: single texts, concurrency {concurrency}, {count} requests")
+            phase = {"name": "single", "mode": "closed", "file": "single", "start": 0, "count": count,
+                     "concurrency": concurrency, "max_seconds": 3600}  # fmt: skip
+            summary, _ = self.point(server, f"single-c{concurrency}", phase, streams={"single": "single"})
+            points.append({"concurrency": concurrency, **summary})
+        offline = self.result.get("offline", {}).get("single_workload")
+        by_c = {p["concurrency"]: p for p in points}
+        self.result["single"] = {
+            "texts": count,
+            "points": points,
+            "offline": offline,
+            "ratio_c32": by_c[32]["inputs_per_s"] / offline["inputs_per_s"] if offline else None,
+            "c1_over_offline_ms": (
+                by_c[1]["latency_ms"]["p50"] - offline["single_p50_ms"]
+                if offline and by_c[1]["latency_ms"]["p50"] is not None
+                else None
+            ),
+        }
+
     def batching_off(self) -> None:
         concurrency, count = self.plan.batching_off
         progress(f"{self.precision}: batching off (--max-batch-requests 1), concurrency {concurrency}")
@@ -437,14 +484,17 @@ class Bench:
         soak_started = None
         if "offline" in sections:
             self.offline()
-        if sections & {"closed", "open", "overload"}:
+        if sections & {"closed", "open", "overload", "single"}:
             server = self.server("main")
             try:
                 self.result["server"] = {"command": server.command[1:], "info": server.info()}
                 self.warm(server)
-                self.closed(server)
+                if sections & {"closed", "open", "overload"}:
+                    self.closed(server)
                 if "open" in sections:
                     self.open(server)
+                if "single" in sections:
+                    self.single(server)
                 if "overload" in sections:
                     self.overload(server)
             finally:

@@ -9,6 +9,10 @@
 - **single calls**: each of the ``single`` requests as one call, one after another (target 2 compares the
   server's concurrency-1 p50 with their p50).
 
+- **single-text workload** (``single_workload``, issue 22): its texts in one ``BertOnnx.embed`` call (mean
+  pooling, normalized, truncated, as the requests ask), timed over ``passes`` passes, and each text as one call
+  (the concurrency-1 baseline); answers saved as ``s<index>``.
+
 The answers of the ceiling requests are saved (``.npz``: ``e<index>`` vectors, ``p<index>`` is-next
 probabilities) for the orchestrator to check the server's answers against.
 """
@@ -71,6 +75,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             answers[f"p{index}"], p = probabilities[p : p + n], p + n
         else:
             answers[f"e{index}"], e = vectors[e : e + n], e + n
+    single_workload = None
+    if spec.get("single_workload"):
+        single_workload, single_answers = _single_workload(model, spec["single_workload"], int(spec["passes"]))
+        answers.update(single_answers)
     np.savez(spec["answers"], **answers)
 
     single_ms = []
@@ -96,6 +104,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "inputs_per_s": inputs / seconds_mean,
             "tokens_per_s": tokens / seconds_mean,
         },
+        "single_workload": single_workload,
         "single": {
             "requests": len(single_ms),
             "ms": single_ms,
@@ -103,6 +112,31 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             "p90_ms": float(np.percentile(single_ms, 90)) if single_ms else None,
         },
     }
+
+
+def _single_workload(model: Any, path: str, passes: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    texts = [row["body"]["inputs"][0] for row in rows]
+    pooling = rows[0]["body"].get("pooling", "mean")
+    seconds = []
+    for _ in range(max(1, passes)):
+        started = time.perf_counter()
+        vectors = model.embed(texts, pooling, normalize=True, truncation=True)
+        seconds.append(time.perf_counter() - started)
+    single_ms = []
+    for text in texts:
+        started = time.perf_counter()
+        model.embed([text], pooling, normalize=True, truncation=True)
+        single_ms.append((time.perf_counter() - started) * 1000)
+    result = {
+        "texts": len(texts),
+        "tokens": sum(row["tokens"] for row in rows),
+        "pass_seconds": seconds,
+        "inputs_per_s": len(texts) / statistics.fmean(seconds),
+        "single_p50_ms": float(np.percentile(single_ms, 50)),
+        "single_p90_ms": float(np.percentile(single_ms, 90)),
+    }
+    return result, {f"s{i}": vectors[i : i + 1] for i in range(len(texts))}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,6 +121,31 @@ def precision_section(name: str, run: dict[str, Any]) -> list[str]:
             f"Capacity (concurrency 32): {cap['requests_per_s']:.2f} requests/s, {cap['inputs_per_s']:.1f} inputs/s.",
             "",
         ]
+    single = run.get("single")
+    if single:
+        off = single.get("offline")
+        lines += [
+            "### Single texts (issue 22)",
+            "",
+            f"{single['texts']} seeded texts of 4-160 words, one per `/embed` request (`pooling: mean`, "
+            "`truncate: true`), closed loops.",
+            "",
+            "| concurrency " + POINT_HEADER,
+            "|---:" + POINT_RULE,
+        ]
+        for p in single["points"]:
+            lines.append(f"| {p['concurrency']} ({p['sent']} requests) | " + _point_cells(p))
+        if off:
+            ratio = single["ratio_c32"]
+            extra = single["c1_over_offline_ms"]
+            lines += [
+                "",
+                f"Offline `embed` of the same texts in one call: {off['inputs_per_s']:.1f} inputs/s; one call each: "
+                f"p50 {_ms(off['single_p50_ms'])} ms. Concurrency 32 / offline: "
+                f"**{_n(ratio, 2) if ratio is not None else '—'}×**; concurrency 1 p50 over an offline single call: "
+                f"**{_n(extra, 1) if extra is not None else '—'} ms**.",
+            ]
+        lines.append("")
     if run.get("open"):
         lines += ["### Open loop (fixed arrival rate)", "", "| offered | " + POINT_HEADER + " 429 p99 (ms) |",
                   "|---:" + POINT_RULE + "---:|"]  # fmt: skip
@@ -284,7 +309,7 @@ def plots(out: Path, results: dict[str, Any]) -> bool:
                 [off["inputs_per_s"]], [off["latency_ms"]["p99"] / 1000], "x", ms=9, label=f"{name} batching off, c32"
             )
         offline = run.get("offline")
-        if offline:
+        if offline and axis.lines:  # (nothing to match with --sections offline or single alone)
             axis.axvline(offline["ceiling"]["inputs_per_s"], ls=":", lw=1, color=axis.lines[-1].get_color())
     axis.set_xlabel("inputs/s answered (dotted: offline embed on the same inputs)")
     axis.set_ylabel("p99 latency (s)")

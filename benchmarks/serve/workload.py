@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..corpus import build_mixed_corpus
+from ..corpus import _passage, build_mixed_corpus
 
 EMBED_ROUTE = "/embed"
 PREDICT_ROUTE = "/predict"
@@ -30,6 +30,12 @@ SINGLE_INPUT_SHARE = 0.5
 MAX_INPUTS = 32
 #: Positions of bert-base; inputs are cut to this many tokens (special tokens included).
 MAX_LENGTH = 512
+#: The single-text workload (issue 22): texts of ``SINGLE_MIN_WORDS``-``SINGLE_MAX_WORDS`` words (uniform), one per
+#: ``/embed`` request, mean pooling, truncation on; the server at concurrency 1 and 32 against offline ``embed``.
+SINGLE_TEXTS = 600
+SINGLE_MIN_WORDS = 4
+SINGLE_MAX_WORDS = 160
+SINGLE_POOLING = "mean"
 #: The recovery probe: one short text, the same every time, so its latency is comparable over time.
 PROBE_TEXT = "The committee discussed the final plan in the morning."
 
@@ -47,11 +53,16 @@ class ServeRequest:
     route: str
     inputs: tuple[Any, ...]
     tokens: int
+    pooling: str | None = None
 
     def body(self) -> dict[str, Any]:
-        """The JSON body (TEI's shape): a list of texts or of ``[text, pair]`` lists, truncation on."""
+        """The JSON body (TEI's shape): a list of texts or of ``[text, pair]`` lists, truncation on (and
+        ``pooling`` when set)."""
         items = [list(item) if isinstance(item, tuple) else item for item in self.inputs]
-        return {"inputs": items, "truncate": True}
+        body: dict[str, Any] = {"inputs": items, "truncate": True}
+        if self.pooling is not None:
+            body["pooling"] = self.pooling
+        return body
 
     def to_json(self) -> dict[str, Any]:
         return {"route": self.route, "inputs": len(self.inputs), "tokens": self.tokens, "body": self.body()}
@@ -102,6 +113,26 @@ def build_requests(
     rng = np.random.default_rng([seed, 1 if one_input else 0])
     counts = [1] * count if one_input else input_counts(count, rng)
     return [_request(texts, rng, n, tokenizer) for n in counts]
+
+
+def single_texts(count: int = SINGLE_TEXTS, seed: int = 0) -> list[str]:
+    """``count`` seeded texts of ``SINGLE_MIN_WORDS``-``SINGLE_MAX_WORDS`` words (uniform), cut from the
+    corpus's sentences (every word one WordPiece token)."""
+    rng = np.random.default_rng([seed, 22])
+    texts = []
+    for _ in range(count):
+        words = int(rng.integers(SINGLE_MIN_WORDS, SINGLE_MAX_WORDS + 1))
+        text = " ".join(_passage(rng, 2 * words + 8).split()[:words])
+        texts.append(text)
+    return texts
+
+
+def build_single_requests(tokenizer: Any, count: int = SINGLE_TEXTS, *, seed: int) -> list[ServeRequest]:
+    """The single-text workload: one ``/embed`` request per text of :func:`single_texts`, ``pooling: mean``."""
+    return [
+        ServeRequest(EMBED_ROUTE, (text,), _tokens(tokenizer, [text]), SINGLE_POOLING)
+        for text in single_texts(count, seed)
+    ]
 
 
 def probe_request(tokenizer: Any) -> ServeRequest:

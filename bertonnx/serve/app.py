@@ -366,7 +366,7 @@ async def _prepare(
     items = _as_list(inputs)
     _check_count(len(items), state.options, field)
     if queued:  # nothing is computed for a request the queue would refuse (QueueFullError: 429, from_core)
-        scheduler.check_room(len(items), SPECIAL_TOKENS * len(items))  # with 2 tokens an input, at least
+        scheduler.check_room(len(items), SPECIAL_TOKENS * len(items), SPECIAL_TOKENS)  # 2 tokens an input at least
     return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
 
 

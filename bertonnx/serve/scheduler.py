@@ -1,14 +1,19 @@
 """The scheduler: one queue of inputs from all requests, cut into batches by the token budget.
 
-Policy (:func:`select_batch`). Each batch is anchored on the *oldest* queued input and filled with the
-queued inputs *closest to it in length*, as many as the budget allows
+Policy (:func:`select_batch`). Each batch is anchored on the queued input of least :func:`priority_key`
+(the oldest, with a handicap of ``PRIORITY_SECONDS_PER_TOKEN`` per token: shortest first within an age
+bound) and filled with the queued inputs *closest to it in length*, as many as the budget allows
 (:class:`bertonnx.batching.BatchLimits`: padded tokens = longest × count <= ``max_batch_tokens``, count
 <= ``max_batch_size``; the same rule as offline). Why:
 
 - Length-sorting pads little, but a scheduler that always takes the shortest (or always the longest)
-  inputs starves the other end under steady load. Anchoring on the oldest input makes waiting bounded:
-  every cut serves the oldest input, so an input with ``k`` inputs queued before it is served within
-  ``k + 1`` cuts, whatever arrives after it. Inputs near the anchor's length ride along early.
+  inputs starves the other end under steady load. Anchoring on the least key makes waiting bounded: an
+  input of ``n`` tokens queued at ``t`` is served before anything queued after
+  ``t + PRIORITY_SECONDS_PER_TOKEN × (n - 1)``, whatever arrives later. Within that bound short work
+  overtakes long work, so under overload a one-text request does not wait behind seconds of queued long
+  inputs, and the admission check (:meth:`Scheduler.check_room`) counts only the work queued *ahead* of a
+  request by that order: a short request is refused (429) only when the work ahead of it passes
+  ``max_queue_wait``, not when long work queued behind it does. Inputs near the anchor's length ride along.
 - Closest-in-length keeps padding low: the batch is a contiguous run of the queue sorted by length
   around the anchor, grown one neighbour at a time towards the nearer length (a shorter neighbour never
   raises the padded width, a longer one only while the budget holds).
@@ -25,6 +30,12 @@ queued inputs *closest to it in length*, as many as the budget allows
 ``max_batch_requests`` caps how many requests one batch may serve: the batch is then cut from the inputs
 of the oldest ``max_batch_requests`` queued requests only (1: one request per run, batching across
 requests off; the serving benchmark's baseline).
+
+Refill: when a run ends with fewer inputs queued than were queued and running before it (and at most
+``REFILL_MAX_INPUTS`` were), the engine waits up to ``REFILL_WAIT_S`` for the clients it just answered to
+send their next inputs (a closed loop of single-text requests), so the next cut sorts a fuller queue.
+benchmarks/SCHEDULER.md has the replay that chose these rules (padding share and inputs per run of each
+candidate policy).
 
 Continuous batching: a batch starts as soon as the engine is free; ``batch_wait_s`` > 0 holds it open
 until the oldest input has waited that long or the batch is full. The engine runs on one thread off the
@@ -59,6 +70,7 @@ __all__ = [
     "Ticket",
     "batch_is_full",
     "oldest_requests",
+    "priority_key",
     "select_batch",
 ]
 
@@ -72,6 +84,14 @@ RECENT_BATCHES = 32
 EFFICIENT_BATCH_TOKENS = 256
 #: Largest share of padding a batch past ``EFFICIENT_BATCH_TOKENS`` may grow to.
 MAX_PADDING_FRACTION = 0.25
+#: Seconds of age an input's each token costs it in the queue's order: a 6-token input queued up to 2 s after
+#: a 512-token one is served first. Chosen by replaying the single-text workload (benchmarks/SCHEDULER.md).
+PRIORITY_SECONDS_PER_TOKEN = 0.004
+#: Seconds the engine waits after a run for the clients it answered to send their next inputs (see Refill).
+REFILL_WAIT_S = 0.005
+#: The refill wait applies only to a queue of at most this many inputs (a few dozen clients in a closed loop); a
+#: longer queue (an overload draining) has enough to sort and is never held.
+REFILL_MAX_INPUTS = 64
 #: ``Retry-After`` when nothing has run yet (no throughput to go by).
 DEFAULT_RETRY_AFTER_S = 1
 
@@ -82,26 +102,29 @@ def select_batch(
     *,
     efficient_tokens: int = EFFICIENT_BATCH_TOKENS,
     max_padding: float = MAX_PADDING_FRACTION,
+    anchor: int = 0,
 ) -> list[int]:
     """The next batch from a queue in arrival order.
 
     Args:
-        lengths: tokens of each queued input, oldest first (index 0 is the anchor).
+        lengths: tokens of each queued input, oldest first.
         limits: the token budget and batch-size cap.
+        anchor: the index of the input the batch must serve (the scheduler's: the least
+            :func:`priority_key`; 0: the oldest).
         efficient_tokens: below this many padded tokens the batch takes the next-closest input whatever
             it pads; above it only while padding stays within ``max_padding``.
         max_padding: the share of a large batch's padded tokens that may be padding.
 
     Returns:
-        Indices into ``lengths``: the oldest input and the queued inputs closest to it in length that fit
-        ``limits`` (ties go to the shorter input, then to the older). Empty for an empty queue.
+        Indices into ``lengths``: the anchor and the queued inputs closest to it in length that fit ``limits``
+        (ties go to the shorter input, then to the older). Empty for an empty queue.
     """
     n = len(lengths)
     if n == 0:
         return []
     order = sorted(range(n), key=lambda i: (lengths[i], i))
-    anchor = lengths[0]
-    lo = hi = order.index(0)
+    lo = hi = order.index(anchor)
+    anchor = lengths[anchor]
     longest, real = anchor, anchor
     while hi - lo + 1 < limits.capacity(longest):
         count = hi - lo + 1
@@ -123,6 +146,17 @@ def select_batch(
             hi += 1
             longest = lengths[pick]
     return order[lo : hi + 1]
+
+
+def priority_key(enqueued: float, length: int, per_token: float = PRIORITY_SECONDS_PER_TOKEN) -> float:
+    """An input's place in the queue's order (least first): ``enqueued + per_token × length`` seconds.
+
+    Args:
+        enqueued: ``time.monotonic()`` when the input was queued.
+        length: its tokens.
+        per_token: seconds of handicap per token (0: oldest first).
+    """
+    return enqueued + per_token * length
 
 
 def batch_is_full(lengths: Sequence[int], picks: Sequence[int], limits: BatchLimits) -> bool:
@@ -183,6 +217,7 @@ class Entry:
     ticket: Ticket
     position: int
     enqueued: float
+    key: float = 0.0
 
     @property
     def length(self) -> int:
@@ -198,10 +233,14 @@ class Scheduler:
         max_queue: inputs waiting at most; ``submit`` raises :class:`QueueFull` past it.
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
-        max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued and the
-            engine's cost per token (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between
-            the best cost seen and 4 times it); a request that would pass it gets :class:`QueueFull`
-            (``None``: no limit; a request is always taken when nothing is queued).
+        max_queue_wait: seconds a request may wait for the engine, estimated from the tokens queued ahead of it
+            (by :func:`priority_key`) and computing, and the engine's cost per token
+            (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between the best cost seen and 4 times
+            it); a request that would pass it gets :class:`QueueFull` (``None``: no limit; a request is always
+            taken when nothing is queued).
+        priority_per_token: seconds of age each token of an input costs it in the queue's order
+            (:func:`priority_key`; 0: oldest first).
+        refill_wait_s: seconds the engine may wait after a run for the clients it answered (0: never).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
     """
 
@@ -214,6 +253,8 @@ class Scheduler:
         batch_wait_s: float = 0.0,
         max_batch_requests: int | None = None,
         max_queue_wait: float | None = None,
+        priority_per_token: float = PRIORITY_SECONDS_PER_TOKEN,
+        refill_wait_s: float = REFILL_WAIT_S,
         metrics: ServeMetrics | None = None,
     ) -> None:
         self._run_batch = run_batch
@@ -222,6 +263,9 @@ class Scheduler:
         self.batch_wait_s = batch_wait_s
         self.max_batch_requests = max_batch_requests
         self.max_queue_wait = max_queue_wait
+        self.priority_per_token = priority_per_token
+        self.refill_wait_s = refill_wait_s
+        self._refill: tuple[float, int] = (0.0, 0)  # (until, inputs expected) after the last run
         self.metrics = metrics
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
@@ -272,35 +316,63 @@ class Scheduler:
             deadline: ``time.monotonic()`` after which its inputs are dropped instead of computed.
 
         Raises:
-            QueueFull: the queue cannot take ``len(works)`` more inputs, or (with ``max_queue_wait``) the work
-                queued with them would take longer than ``max_queue_wait`` seconds.
+            QueueFull: the queue cannot take ``len(works)`` more inputs, or the work queued ahead of them and
+                they would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
+                instead of a 504 at the deadline).
         """
-        self.check_room(len(works), sum(len(work.ids) for work in works))
+        self.check_room(
+            len(works), sum(len(work.ids) for work in works), max(len(work.ids) for work in works), deadline
+        )
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
-        self._queue.extend(Entry(work, ticket, position, now) for position, work in enumerate(works))
+        self._queue.extend(
+            Entry(work, ticket, position, now, priority_key(now, len(work.ids), self.priority_per_token))
+            for position, work in enumerate(works)
+        )
         self._set_depth()
         self._wakeup.set()
         return ticket
 
-    def check_room(self, inputs: int, tokens: int) -> None:
+    def check_room(self, inputs: int, tokens: int, longest: int | None = None, deadline: float | None = None) -> None:
         """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
-        with a lower bound of ``tokens``, a request can be refused before it is tokenized).
+        with lower bounds of ``tokens`` and ``longest``, a request can be refused before it is tokenized).
+
+        Args:
+            inputs: the request's inputs.
+            tokens: their tokens.
+            longest: tokens of its longest input: only queued work of lesser :func:`priority_key` than that
+                input's is counted ahead of it (``None``: all queued work).
+            deadline: ``time.monotonic()`` by which the request must be answered: refused now when the work
+                ahead of it and its own would pass it (``None``: not checked).
 
         Raises:
-            QueueFull: the queue cannot take ``inputs`` more inputs, or (with ``max_queue_wait``) the work
-                queued with them would take longer than ``max_queue_wait`` seconds.
+            QueueFull: the queue cannot take ``inputs`` more inputs, or the work queued ahead of them and they
+                would take longer than ``max_queue_wait`` seconds or pass ``deadline``.
         """
         if self.queued + inputs > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
-        wait = self.queued_seconds(tokens)
-        if self.max_queue_wait is not None and self._queue and wait is not None and wait > self.max_queue_wait:
+        if (self.max_queue_wait is None and deadline is None) or not self._queue:
+            return
+        now = time.monotonic()
+        before = None if longest is None else priority_key(now, longest, self.priority_per_token)
+        wait = self.queued_seconds(tokens, before)
+        if wait is None:
+            return
+        if self.max_queue_wait is not None and wait > self.max_queue_wait:
             raise QueueFull(
                 self.queued,
                 self.max_queue,
                 max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
                 f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+            )
+        if deadline is not None and now + wait > deadline:
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                max(1, math.ceil(now + wait - deadline)),
+                f"about {wait:.0f} s of work queued with this request, more than the {max(0.0, deadline - now):.0f} s "
+                "left before its timeout",
             )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
@@ -330,13 +402,15 @@ class Scheduler:
             return DEFAULT_RETRY_AFTER_S
         return max(1, math.ceil((self.queued + extra) * seconds / inputs))
 
-    def queued_seconds(self, extra_tokens: int = 0) -> float | None:
-        """Seconds the engine should take for what is queued and computing, plus ``extra_tokens`` tokens, at
-        the estimated cost per token (``None`` before the first batch)."""
+    def queued_seconds(self, extra_tokens: int = 0, before: float | None = None) -> float | None:
+        """Seconds the engine should take for what is queued (only inputs of :func:`priority_key` at most
+        ``before``, when given) and computing, plus ``extra_tokens`` tokens, at the estimated cost per token
+        (``None`` before the first batch)."""
         per_token = self.cost.seconds_per_token()
         if per_token is None:
             return None
-        pending = sum(entry.length for entry in self._queue) + sum(entry.length for entry in self._running)
+        queued = self._queue if before is None else [entry for entry in self._queue if entry.key <= before]
+        pending = sum(entry.length for entry in queued) + sum(entry.length for entry in self._running)
         return (pending + extra_tokens) * per_token
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -353,6 +427,20 @@ class Scheduler:
     def _candidates(self) -> list[int]:
         """Indices of the queued inputs the next batch may take (those of the oldest requests it may serve)."""
         return oldest_requests([entry.ticket for entry in self._queue], self.max_batch_requests)
+
+    async def _await_refill(self) -> None:
+        """After a run: wait up to ``refill_wait_s`` while fewer inputs are queued than before it (for a queue of
+        at most ``REFILL_MAX_INPUTS``)."""
+        until, expected = self._refill
+        if expected > REFILL_MAX_INPUTS:
+            return
+        while self._queue and len(self._queue) < expected:
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wakeup.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
 
     async def _hold(self) -> None:
         """With ``batch_wait_s``: wait until the oldest input has waited that long or the batch is full."""
@@ -378,7 +466,10 @@ class Scheduler:
         if not self._queue:
             return []
         candidates = self._candidates()
-        picks = [candidates[i] for i in select_batch([self._queue[i].length for i in candidates], self.limits)]
+        keys = [self._queue[i].key for i in candidates]
+        anchor = keys.index(min(keys))
+        lengths = [self._queue[i].length for i in candidates]
+        picks = [candidates[i] for i in select_batch(lengths, self.limits, anchor=anchor)]
         chosen = set(picks)
         batch = [self._queue[i] for i in sorted(picks)]
         self._queue = [entry for i, entry in enumerate(self._queue) if i not in chosen]
@@ -389,6 +480,8 @@ class Scheduler:
         loop = asyncio.get_running_loop()
         while True:
             await self._wait_for_work()
+            if self.refill_wait_s > 0:
+                await self._await_refill()
             if self.batch_wait_s > 0:
                 await self._hold()
             batch = self._cut()
@@ -407,7 +500,9 @@ class Scheduler:
                 continue
             finally:
                 self._running = []
-            elapsed = time.monotonic() - started
+            ended = time.monotonic()
+            elapsed = ended - started
+            self._refill = (ended + self.refill_wait_s, len(self._queue) + len(batch))
             self._recent.append((len(batch), elapsed))
             self.cost.observe(sum(entry.length for entry in batch), elapsed)
             self._record(batch, started, elapsed)
