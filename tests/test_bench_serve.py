@@ -59,7 +59,8 @@ def check_point(point: dict[str, Any]) -> None:
     assert server["cpu_percent"] is not None
     assert server["cpu_percent"] > 0
     assert server["rss_mb_max"] > 50
-    assert point["generator_cpu_percent"] > 0
+    # the generator's CPU is read from the kernel's 10 ms ticks: a short point may use less than one
+    assert point["generator_cpu_percent"] >= 0
     batches = point["batches"]
     assert batches["runs"] > 0
     assert 1 <= batches["requests_per_run"] <= batches["inputs_per_run"]
