@@ -12,23 +12,13 @@ import json
 from typing import Any
 
 from .cli import _add_model_args, _load, _random_banner
-from .command import EXIT_OK, ArgumentParser, Command, CommandError, positive_int
+from .command import EXIT_OK, ArgumentParser, Command, CommandError, non_negative_int, positive_int
 from .files import read_lines, read_text
 from .model import DEFAULT_BATCH_SIZE
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 
 __all__ = ["ANSWER_COMMAND", "TAG_COMMAND"]
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
-    return value
 
 
 def _command_line_terms(message: str) -> str:
@@ -72,7 +62,7 @@ def _tag_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--keep-all", action="store_true", help="ignore no label (every token or group shown)")
     parser.add_argument(
-        "--stride", type=_non_negative_int, default=None, help="tag long texts in windows sharing this many tokens"
+        "--stride", type=non_negative_int, default=None, help="tag long texts in windows sharing this many tokens"
     )
     parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
 
@@ -140,7 +130,7 @@ def _answer_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument(
         "--doc-stride",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=DEFAULT_DOC_STRIDE,
         help=f"context tokens shared by consecutive windows (default {DEFAULT_DOC_STRIDE})",
     )
