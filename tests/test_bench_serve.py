@@ -59,6 +59,9 @@ def check_point(point: dict[str, Any]) -> None:
     assert server["cpu_percent"] is not None
     assert server["cpu_percent"] > 0
     assert server["rss_mb_max"] > 50
+    # the event loop (the server's main thread) is part of the server: measured, never more than the whole
+    # (kernel ticks of 10 ms: a short point may read 0)
+    assert 0 <= server["event_loop_cpu_percent"] <= server["cpu_percent"] + 10
     # the generator's CPU is read from the kernel's 10 ms ticks: a short point may use less than one
     assert point["generator_cpu_percent"] >= 0
     batches = point["batches"]
@@ -271,3 +274,20 @@ def test_rss_growth_is_measured_from_the_end_of_warm_up() -> None:
     assert found["rss_mb_end"] == 195.0
     assert found["rss_growth"] == pytest.approx(195 / 107 - 1)
     assert rss_growth([], samples, 0.0)["rss_growth"] is None
+
+
+def test_the_run_cost_fit_recovers_a_fixed_and_a_per_token_cost(tiny_export: Path, tmp_path: Path) -> None:
+    """``benchmarks.serve.runcost``: the least-squares line of ms against padded tokens, and a run on a real export."""
+    from bertonnx_benchmarks.serve.runcost import SHAPES, fit, main
+
+    a, b = fit([(tokens, 20.0 + 0.13 * tokens) for tokens in (8, 64, 512, 2048)])
+    assert math.isclose(a, 20.0, abs_tol=1e-9)
+    assert math.isclose(b, 0.13, rel_tol=1e-9)
+    out = tmp_path / "runcost.json"
+    assert main([str(tiny_export), "--repeats", "1", "--threads", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text(encoding="utf-8"))
+    assert set(figures) == {"server", "offline"}
+    for mode in figures.values():
+        assert len(mode["shapes"]) == len(SHAPES)
+        assert all(ms > 0 for ms in mode["shapes"].values())
+        assert mode["per_token_ms"] > 0

@@ -1,9 +1,11 @@
 """The server's batching policy and scheduler without HTTP, and one engine run of mixed requests.
 
-The policy: anchor each batch on the oldest queued input, fill it with the queued inputs closest to it in
-length within the token budget. These tests show it keeps the budget, pads less than taking the queue in
-arrival order, and never starves long or short inputs (an input is served within one cut per input queued
-before it), where a shortest-first policy starves a long input indefinitely.
+The policy: anchor each batch on the queued input of least priority key (its arrival time plus a handicap per
+token: shortest first within an age bound), fill it with the queued inputs closest to it in length within the
+token budget; after a run, wait a few milliseconds for the clients it answered. These tests show it keeps the
+budget, pads less than taking the queue in arrival order, lets short work overtake queued long work, and never
+starves long or short inputs (every input is answered within its deadline or refused with 429/504), where a
+pure shortest-first policy starves a long input indefinitely.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bertonnx.serve.options import ServeOptions
 from bertonnx.serve.protocol import Pooling
 from bertonnx.serve.scheduler import (
     PRIORITY_SECONDS_PER_TOKEN,
+    REFILL_WAIT_S,
     QueueFull,
     Scheduler,
     batch_is_full,
@@ -290,7 +293,10 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
 
 def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     async def scenario() -> None:
-        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=2.0)
+        # oldest first, so every queued request is ahead of the next one (the queue order is tested below)
+        scheduler = Scheduler(
+            Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=2.0, priority_per_token=0.0
+        )
         scheduler.start()
         scheduler.submit([work(100)] * 3, deadline=1e12)  # nothing has run: no throughput, no estimate
         assert scheduler.queued_seconds() is None
@@ -320,7 +326,8 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
         scheduler.start()
         scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
-        scheduler.submit([work(500)] * 4, deadline=1e12)  # 2 s of work queued
+        for _ in range(4):
+            scheduler.submit([work(500)], deadline=1e12)  # 2 s of work queued, four requests of 500 tokens
         soon = time.monotonic() + 1.0
         with pytest.raises(QueueFull, match=r"more than the 1 s left before its timeout"):
             scheduler.submit([work(500)], deadline=soon)  # 2.5 s of work to finish: refused now, not a 504 later
@@ -330,6 +337,29 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     run(scenario())
     run(empty_queue())
     run(own_deadline())
+
+
+def test_a_request_that_would_make_an_accepted_one_miss_its_timeout_is_refused() -> None:
+    """Small requests overtake a large one (the queue's order) only while the large one still meets its timeout:
+    the request that would make it late gets the 429, so the accepted one is answered instead of a 504."""
+
+    async def scenario() -> None:
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
+        scheduler.start()
+        scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
+        large = scheduler.submit([work(500)] * 4, deadline=time.monotonic() + 3.0)  # 2 s of work, 3 s left
+        for _ in range(3):
+            scheduler.submit([work(300)], deadline=1e12)  # 0.3 s each, ahead of the large request: 2.9 s
+        with pytest.raises(QueueFull, match="would make one of them miss its timeout") as full:
+            scheduler.submit([work(300)], deadline=1e12)  # the large one would end after 3.2 s
+        assert full.value.retry_after == 3  # once the large request has been answered
+        scheduler.submit([work(50)], deadline=1e12)  # small enough: 2.95 s
+        slow = scheduler.submit([work(500)] * 5, deadline=1e12)  # larger, so behind the large one: delays nobody
+        assert not large.future.done()
+        assert not slow.future.done()
+        await scheduler.stop()
+
+    run(scenario())
 
 
 def test_stop_answers_queued_requests_with_503() -> None:
@@ -389,6 +419,13 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(api_key="")
     assert ServeOptions().max_queue_wait == 20.0
     assert ServeOptions(max_queue_wait=None).max_queue_wait is None
+    # the queue-order and refill flags default to the scheduler's own constants (declared apart: the flags'
+    # module stays free of the serve extra)
+    assert ServeOptions().priority_s_per_token == PRIORITY_SECONDS_PER_TOKEN
+    assert ServeOptions().refill_wait_s == REFILL_WAIT_S
+    assert ServeOptions(priority_ms_per_token=0, refill_wait_ms=0).priority_s_per_token == 0.0
+    with pytest.raises(ValueError, match=r"refill_wait_ms\n  Input should be greater than or equal to 0"):
+        ServeOptions(refill_wait_ms=-1)
     with pytest.raises(ValueError, match=r"max_queue_wait\n  Input should be greater than 0"):
         ServeOptions(max_queue_wait=0)
     for bad in (float("inf"), float("nan")):
@@ -552,3 +589,28 @@ def test_one_engine_run_of_mixed_tasks_equals_offline(tiny_export: Path) -> None
     np.testing.assert_allclose(np.stack(answers[4:]), nsp, atol=ATOL)
     with pytest.raises(ValueError, match="unknown pooling 'max'"):
         Embed("max")
+
+
+def test_the_queue_order_and_refill_flags_reach_the_scheduler(tiny_export: Path) -> None:
+    """``--priority-ms-per-token`` and ``--refill-wait-ms`` (``ServeOptions``) set the scheduler the app runs."""
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    for options, expected in (
+        (ServeOptions(), (PRIORITY_SECONDS_PER_TOKEN, REFILL_WAIT_S)),
+        (ServeOptions(priority_ms_per_token=0, refill_wait_ms=12.5), (0.0, 0.0125)),
+    ):
+        app = create_app(tiny_export, options, threads=1)
+        with TestClient(app) as client:
+            deadline = time.monotonic() + 60
+            while client.get("/ready").status_code != 200:
+                assert time.monotonic() < deadline, "the server was not ready in time"
+                time.sleep(0.05)
+            scheduler = app.state.bertonnx.scheduler
+            assert (scheduler.priority_per_token, scheduler.refill_wait_s) == expected
+            limits = client.get("/info").json()["limits"]
+            assert (limits["priority_ms_per_token"], limits["refill_wait_ms"]) == (
+                options.priority_ms_per_token,
+                options.refill_wait_ms,
+            )

@@ -240,8 +240,10 @@ class Bench:
         server.wait_idle()
         before = server.metrics()
         machine_before, server_before = busy_cpu_seconds(), server.sampler.read()
+        loop_before = server.sampler.main_thread_cpu()
         out = self.generate(server, name, phase, check)
         machine_after, server_after = busy_cpu_seconds(), server.sampler.read()
+        loop_after = server.sampler.main_thread_cpu()
         server.wait_idle()
         after = server.metrics()
         # CPU of everything else on the machine meanwhile (other jobs, the generator's start-up): a point
@@ -251,6 +253,11 @@ class Bench:
         open_loop = phase["mode"] == "open"
         named = streams or {phase.get("name", name): phase.get("file", "mixed")}
         summary = summarize(out["records"], {s: self.rows[f] for s, f in named.items()}, open_loop=open_loop)
+        figures = server_figures(
+            sorted([server_before, *server.sampler.samples, server_after]), summary["start"], summary["end"]
+        )
+        # the event loop's share: what parsing, admission, the scheduler and answer building take from the cores
+        figures["event_loop_cpu_percent"] = 100 * (loop_after - loop_before) / wall if wall > 0 else None
         summary.update(
             name=name,
             mode=phase["mode"],
@@ -259,9 +266,7 @@ class Bench:
             others_cpu_percent=100 * others / wall if wall > 0 else None,
             # with the reads taken just before and after the generator ran, a point shorter than the sampling
             # interval still has a sample on each side of it
-            server=server_figures(
-                sorted([server_before, *server.sampler.samples, server_after]), summary["start"], summary["end"]
-            ),
+            server=figures,
             batches=batch_figures(before, after),
         )
         if "mixed" in named.values():

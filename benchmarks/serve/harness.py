@@ -60,6 +60,16 @@ class Sampler(threading.Thread):
             cpu = self.process.cpu_times()
             return time.monotonic(), self.process.memory_info().rss, cpu.user + cpu.system
 
+    def main_thread_cpu(self) -> float:
+        """CPU seconds of the process's main thread: the server's event loop (HTTP, JSON, admission, the
+        scheduler's cuts; tokenization runs in worker threads, inference on the engine and onnxruntime's
+        threads)."""
+        pid = self.process.pid
+        for thread in self.process.threads():
+            if thread.id == pid:
+                return float(thread.user_time + thread.system_time)
+        return 0.0
+
     def run(self) -> None:
         while not self._stop_event.is_set():
             try:

@@ -44,7 +44,9 @@ def _codes(point: dict[str, Any]) -> str:
 
 def _server(point: dict[str, Any]) -> str:
     s = point["server"]
-    return f"{_n(s['cpu_percent'], 0)} % / {_n(s['rss_mb_max'], 0)} MB"
+    loop = s.get("event_loop_cpu_percent")
+    loop_text = "" if loop is None else f" ({_n(loop, 0)} %)"
+    return f"{_n(s['cpu_percent'], 0)} %{loop_text} / {_n(s['rss_mb_max'], 0)} MB"
 
 
 def _batches(point: dict[str, Any]) -> str:
@@ -56,8 +58,8 @@ def _batches(point: dict[str, Any]) -> str:
 
 
 POINT_HEADER = (
-    "| requests/s | inputs/s | tokens/s | p50 | p90 | p99 | max (ms) | errors | server CPU / RSS | generator CPU "
-    "| other CPU | inputs / requests per run, padding |"
+    "| requests/s | inputs/s | tokens/s | p50 | p90 | p99 | max (ms) | errors | server CPU (event loop) / RSS "
+    "| generator CPU | other CPU | inputs / requests per run, padding |"
 )
 POINT_RULE = "|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---|"
 
@@ -260,7 +262,10 @@ def markdown(results: dict[str, Any], plots: bool) -> str:
         "in closed loops counts from the send, in open loops from the scheduled send time. Requests: seeded, "
         "mixed lengths (`benchmarks.corpus.build_mixed_corpus`), 70 % `/embed` texts and 30 % `/predict` pairs, "
         "half with one input and half with 2–32, `truncate: true`. Columns: server CPU in % of one core "
-        f"({machine['physical_cores']} cores = {100 * machine['physical_cores']} %), RSS the maximum during the point; "
+        f"({machine['physical_cores']} cores = {100 * machine['physical_cores']} %), in brackets its main "
+        "thread's (the event loop: HTTP, JSON, admission, the scheduler; tokenization and inference run on other "
+        "threads), "
+        "RSS the maximum during the point; "
         "other CPU is what the rest of the machine used meanwhile (other jobs; "
         "the figures of a point with much of it are slower than the server alone would be); per engine run, mean "
         "inputs, mean requests and the share of padded tokens.",

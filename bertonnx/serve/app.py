@@ -148,6 +148,8 @@ class ServerState:
                 batch_wait_s=self.options.batch_wait_s,
                 max_batch_requests=self.options.max_batch_requests,
                 max_queue_wait=self.options.max_queue_wait,
+                priority_per_token=self.options.priority_s_per_token,
+                refill_wait_s=self.options.refill_wait_s,
                 metrics=self.metrics,
             )
             scheduler.start()
@@ -366,7 +368,8 @@ async def _prepare(
     items = _as_list(inputs)
     _check_count(len(items), state.options, field)
     if queued:  # nothing is computed for a request the queue would refuse (QueueFullError: 429, from_core)
-        scheduler.check_room(len(items), SPECIAL_TOKENS * len(items), SPECIAL_TOKENS)  # 2 tokens an input at least
+        # 2 tokens an input at least
+        scheduler.check_room(len(items), SPECIAL_TOKENS * len(items), lower_bound=True)
     return scheduler, await _tokenize(state, model, items, truncate, _deadline(state, request))
 
 
@@ -886,6 +889,8 @@ def _add_server_routes(app: FastAPI, state: ServerState) -> None:
                     "max_queue": options.max_queue,
                     "max_queue_wait": options.max_queue_wait,
                     "batch_wait_ms": options.batch_wait_ms,
+                    "priority_ms_per_token": options.priority_ms_per_token,
+                    "refill_wait_ms": options.refill_wait_ms,
                     "payload_limit": options.payload_limit,
                     "request_timeout": options.request_timeout,
                     "drain_timeout": options.drain_timeout,

@@ -57,6 +57,13 @@ DEFAULT_MAX_QUEUE_WAIT_S: float | None = 20.0
 DEFAULT_MAX_BATCH_REQUESTS: int | None = None
 #: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
 DEFAULT_BATCH_WAIT_MS = 0.0
+#: Milliseconds of queue age each token of an input costs it in the queue's order: shorter inputs go first within
+#: that bound (0: oldest first). Chosen by replay (benchmarks/SCHEDULER.md); equal to the scheduler's
+#: ``PRIORITY_SECONDS_PER_TOKEN`` (a test holds them together; this module stays free of the serve extra).
+DEFAULT_PRIORITY_MS_PER_TOKEN = 4.0
+#: Milliseconds the engine waits after a run for the clients it answered (0: never); the scheduler's
+#: ``REFILL_WAIT_S``.
+DEFAULT_REFILL_WAIT_MS = 5.0
 #: Seconds a request may take from arrival to answer before it gets 504 (its queued inputs are dropped).
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
 #: Seconds SIGTERM/SIGINT waits for accepted requests before the process exits anyway.
@@ -136,6 +143,19 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         float,
         DEFAULT_BATCH_WAIT_MS,
         "hold a batch open this long for more inputs once the engine is free",
+    ),
+    Option(
+        "--priority-ms-per-token",
+        float,
+        DEFAULT_PRIORITY_MS_PER_TOKEN,
+        "queue order: each token of an input counts as this many milliseconds of age, so shorter inputs go first "
+        "within that bound (0: oldest first)",
+    ),
+    Option(
+        "--refill-wait-ms",
+        float,
+        DEFAULT_REFILL_WAIT_MS,
+        "after a run, wait up to this long for the clients it answered to send their next inputs (0: never)",
     ),
     Option("--payload-limit", positive_int, DEFAULT_PAYLOAD_LIMIT, "request body bytes; more gives 413"),
     Option(

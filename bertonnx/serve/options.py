@@ -29,6 +29,8 @@ from .arguments import (
     DEFAULT_MAX_URL_BYTES,
     DEFAULT_PAYLOAD_LIMIT,
     DEFAULT_POOLING,
+    DEFAULT_PRIORITY_MS_PER_TOKEN,
+    DEFAULT_REFILL_WAIT_MS,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "DEFAULT_MAX_URL_BYTES",
     "DEFAULT_PAYLOAD_LIMIT",
     "DEFAULT_POOLING",
+    "DEFAULT_PRIORITY_MS_PER_TOKEN",
+    "DEFAULT_REFILL_WAIT_MS",
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_WRITE_TIMEOUT_S",
     "ServeOptions",
@@ -75,6 +79,11 @@ class ServeOptions:
             nothing is queued.
         batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
             (0: continuous batching, a batch starts as soon as the engine is free).
+        priority_ms_per_token: the queue's order: an input's place is its arrival time plus this many
+            milliseconds per token, so shorter inputs go first within that bound (0: oldest first);
+            :func:`bertonnx.serve.scheduler.priority_key`.
+        refill_wait_ms: milliseconds the engine may wait after a run for the clients it answered to send their
+            next inputs, so the next batch is cut from a fuller queue (0: never).
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
         auto_truncate: truncate inputs over the model's 512 tokens when a request does not say
             (``truncate`` absent); ``False`` answers 422 naming the input, as the runtime raises.
@@ -113,6 +122,8 @@ class ServeOptions:
     max_queue: PositiveInt = DEFAULT_MAX_QUEUE
     max_queue_wait: Annotated[float, Field(gt=0)] | None = DEFAULT_MAX_QUEUE_WAIT_S
     batch_wait_ms: Seconds = DEFAULT_BATCH_WAIT_MS
+    priority_ms_per_token: Seconds = DEFAULT_PRIORITY_MS_PER_TOKEN
+    refill_wait_ms: Seconds = DEFAULT_REFILL_WAIT_MS
     payload_limit: PositiveInt = DEFAULT_PAYLOAD_LIMIT
     auto_truncate: bool = False
     api_key: Annotated[str, Field(min_length=1)] | None = None
@@ -158,3 +169,11 @@ class ServeOptions:
     @property
     def batch_wait_s(self) -> float:
         return self.batch_wait_ms / 1000.0
+
+    @property
+    def priority_s_per_token(self) -> float:
+        return self.priority_ms_per_token / 1000.0
+
+    @property
+    def refill_wait_s(self) -> float:
+        return self.refill_wait_ms / 1000.0

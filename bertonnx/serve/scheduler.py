@@ -1,19 +1,22 @@
 """The scheduler: one queue of inputs from all requests, cut into batches by the token budget.
 
 Policy (:func:`select_batch`). Each batch is anchored on the queued input of least :func:`priority_key`
-(the oldest, with a handicap of ``PRIORITY_SECONDS_PER_TOKEN`` per token: shortest first within an age
-bound) and filled with the queued inputs *closest to it in length*, as many as the budget allows
-(:class:`bertonnx.batching.BatchLimits`: padded tokens = longest × count <= ``max_batch_tokens``, count
-<= ``max_batch_size``; the same rule as offline). Why:
+(its request's arrival, with a handicap of ``PRIORITY_SECONDS_PER_TOKEN`` per token of the whole request:
+shortest request first within an age bound) and filled with the queued inputs *closest to it in length*, as
+many as the budget allows (:class:`bertonnx.batching.BatchLimits`: padded tokens = longest × count <=
+``max_batch_tokens``, count <= ``max_batch_size``; the same rule as offline). Why:
 
 - Length-sorting pads little, but a scheduler that always takes the shortest (or always the longest)
-  inputs starves the other end under steady load. Anchoring on the least key makes waiting bounded: an
-  input of ``n`` tokens queued at ``t`` is served before anything queued after
-  ``t + PRIORITY_SECONDS_PER_TOKEN × (n - 1)``, whatever arrives later. Within that bound short work
-  overtakes long work, so under overload a one-text request does not wait behind seconds of queued long
-  inputs, and the admission check (:meth:`Scheduler.check_room`) counts only the work queued *ahead* of a
-  request by that order: a short request is refused (429) only when the work ahead of it passes
-  ``max_queue_wait``, not when long work queued behind it does. Inputs near the anchor's length ride along.
+  inputs starves the other end under steady load. Anchoring on the least key makes waiting bounded: a
+  request of ``n`` tokens queued at ``t`` is served before anything queued after
+  ``t + PRIORITY_SECONDS_PER_TOKEN × (n - 1)``, whatever arrives later. Within that bound small requests
+  overtake large ones, so under overload a one-text request does not wait behind seconds of queued
+  32-input requests, and the admission check (:meth:`Scheduler.check_room`) counts only the work queued
+  *ahead* of a request by that order: a small request is refused (429) only when the work ahead of it passes
+  ``max_queue_wait`` or its timeout, not when large work queued behind it does. A request that would overtake
+  queued ones is also refused when one of them would then miss its own timeout, so an accepted request is
+  answered, not dropped with a 504 because later small ones kept overtaking it. Inputs near the anchor's
+  length ride along.
 - Closest-in-length keeps padding low: the batch is a contiguous run of the queue sorted by length
   around the anchor, grown one neighbour at a time towards the nearer length (a shorter neighbour never
   raises the padded width, a longer one only while the budget holds).
@@ -84,8 +87,9 @@ RECENT_BATCHES = 32
 EFFICIENT_BATCH_TOKENS = 256
 #: Largest share of padding a batch past ``EFFICIENT_BATCH_TOKENS`` may grow to.
 MAX_PADDING_FRACTION = 0.25
-#: Seconds of age an input's each token costs it in the queue's order: a 6-token input queued up to 2 s after
-#: a 512-token one is served first. Chosen by replaying the single-text workload (benchmarks/SCHEDULER.md).
+#: Seconds of age each token of a request costs it in the queue's order: a 6-token request queued up to 2 s
+#: after a 512-token one is served first. Chosen by replaying the single-text workload and measuring the
+#: overload test (benchmarks/SCHEDULER.md).
 PRIORITY_SECONDS_PER_TOKEN = 0.004
 #: Seconds the engine waits after a run for the clients it answered to send their next inputs (see Refill).
 REFILL_WAIT_S = 0.005
@@ -149,11 +153,12 @@ def select_batch(
 
 
 def priority_key(enqueued: float, length: int, per_token: float = PRIORITY_SECONDS_PER_TOKEN) -> float:
-    """An input's place in the queue's order (least first): ``enqueued + per_token × length`` seconds.
+    """A request's place in the queue's order (least first; all its inputs share it): ``enqueued + per_token ×
+    length`` seconds.
 
     Args:
-        enqueued: ``time.monotonic()`` when the input was queued.
-        length: its tokens.
+        enqueued: ``time.monotonic()`` when the request was queued.
+        length: its tokens (all its inputs').
         per_token: seconds of handicap per token (0: oldest first).
     """
     return enqueued + per_token * length
@@ -234,11 +239,11 @@ class Scheduler:
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
         max_queue_wait: seconds a request may wait for the engine, estimated from the tokens queued ahead of it
-            (by :func:`priority_key`) and computing, and the engine's cost per token
+            (by :func:`priority_key`), its own and those computing, and the engine's cost per token
             (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between the best cost seen and 4 times
             it); a request that would pass it gets :class:`QueueFull` (``None``: no limit; a request is always
             taken when nothing is queued).
-        priority_per_token: seconds of age each token of an input costs it in the queue's order
+        priority_per_token: seconds of age each token of a request costs it in the queue's order
             (:func:`priority_key`; 0: oldest first).
         refill_wait_s: seconds the engine may wait after a run for the clients it answered (0: never).
         metrics: where to record queue, batch and drop figures (``None``: nowhere).
@@ -320,45 +325,56 @@ class Scheduler:
                 they would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
                 instead of a 504 at the deadline).
         """
-        self.check_room(
-            len(works), sum(len(work.ids) for work in works), max(len(work.ids) for work in works), deadline
-        )
+        tokens = sum(len(work.ids) for work in works)
+        self.check_room(len(works), tokens, deadline=deadline)
         loop = asyncio.get_running_loop()
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
-        self._queue.extend(
-            Entry(work, ticket, position, now, priority_key(now, len(work.ids), self.priority_per_token))
-            for position, work in enumerate(works)
-        )
+        key = priority_key(now, tokens, self.priority_per_token)  # one place for all of a request's inputs
+        self._queue.extend(Entry(work, ticket, position, now, key) for position, work in enumerate(works))
         self._set_depth()
         self._wakeup.set()
         return ticket
 
-    def check_room(self, inputs: int, tokens: int, longest: int | None = None, deadline: float | None = None) -> None:
+    def check_room(self, inputs: int, tokens: int, deadline: float | None = None, *, lower_bound: bool = False) -> None:
         """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
-        with lower bounds of ``tokens`` and ``longest``, a request can be refused before it is tokenized).
+        with ``lower_bound``, ``tokens`` is a lower bound and a request can be refused before it is tokenized).
+
+        The request's place in the queue is :func:`priority_key` of its tokens; only queued work of lesser key
+        (and what is computing) is counted ahead of it, and the queued requests of greater key, which it would
+        overtake, must still meet their deadlines.
 
         Args:
             inputs: the request's inputs.
             tokens: their tokens.
-            longest: tokens of its longest input: only queued work of lesser :func:`priority_key` than that
-                input's is counted ahead of it (``None``: all queued work).
             deadline: ``time.monotonic()`` by which the request must be answered: refused now when the work
                 ahead of it and its own would pass it (``None``: not checked).
+            lower_bound: ``tokens`` is at most the request's (before tokenization): only the checks a larger
+                request would fail too are made (the queued requests it would overtake are checked at ``submit``).
 
         Raises:
-            QueueFull: the queue cannot take ``inputs`` more inputs, or the work queued ahead of them and they
-                would take longer than ``max_queue_wait`` seconds or pass ``deadline``.
+            QueueFull: the queue cannot take ``inputs`` more inputs; or the work queued ahead of the request and
+                its own would take longer than ``max_queue_wait`` seconds or pass ``deadline``; or overtaking
+                the requests queued behind it would make one of them miss its own deadline (a 504 later for a
+                request already accepted: the newcomer gets the 429 instead).
         """
         if self.queued + inputs > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
-        if (self.max_queue_wait is None and deadline is None) or not self._queue:
+        if not self._queue:
+            return
+        per_token = self.cost.seconds_per_token()
+        if per_token is None:
             return
         now = time.monotonic()
-        before = None if longest is None else priority_key(now, longest, self.priority_per_token)
-        wait = self.queued_seconds(tokens, before)
-        if wait is None:
-            return
+        key = priority_key(now, tokens, self.priority_per_token)
+        pending = sum(entry.length for entry in self._running)
+        behind: list[Entry] = []
+        for entry in sorted(self._queue, key=lambda e: e.key):
+            if entry.key <= key:
+                pending += entry.length
+            else:
+                behind.append(entry)
+        wait = (pending + tokens) * per_token
         if self.max_queue_wait is not None and wait > self.max_queue_wait:
             raise QueueFull(
                 self.queued,
@@ -374,6 +390,21 @@ class Scheduler:
                 f"about {wait:.0f} s of work queued with this request, more than the {max(0.0, deadline - now):.0f} s "
                 "left before its timeout",
             )
+        if lower_bound:
+            return
+        done = pending + tokens  # tokens computed before each request behind it ends, with this one taken
+        for entry in behind:
+            done += entry.length
+            finish = now + done * per_token
+            # only a request this one makes late: one already late without it is the estimate's error, not its
+            if finish > entry.ticket.deadline >= finish - tokens * per_token:
+                raise QueueFull(
+                    self.queued,
+                    self.max_queue,
+                    max(1, math.ceil(finish - now - tokens * per_token)),  # once that request has been answered
+                    f"taking this request ahead of the queued ones would make one of them miss its timeout "
+                    f"(about {finish - now:.0f} s of work before it ends, {entry.ticket.deadline - now:.0f} s left)",
+                )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop a request's queued inputs (never computed) and count them under ``reason``.
