@@ -56,6 +56,17 @@ PEERS = ("fp32", "bf16")
 #: Lowest error drawn (fp32 sits there).
 PLOT_FLOOR = 1e-6
 PEER_LABELS = {"fp32": "fp32 (exact)", "bf16": "bf16 (OpenVINO)", "dyn-int8-channel": "old int8 (per-tensor dynamic)"}
+#: Other engines measured on this machine type (PEERS.md, "Corpus throughput on an AVX-512 VNNI + BF16 EPYC",
+#: 2026-12-01: real MiniLM, the 4,000 texts, 2 threads, wall clock): (label, texts/s ÷ bertonnx fp32's 263 in
+#: that run, mean-pooled min cosine vs PyTorch). Drawn as diamonds; PEERS.md gives no cosine for the fp32 engines,
+#: drawn at the plot's floor as fp32 is.
+EXTERNAL_PEERS = (
+    ("CTranslate2 int8", 310 / 263, 0.985),
+    ("CTranslate2 fp32", 211 / 263, 1.0),
+    ("llama.cpp q8_0", 147 / 263, 0.998),
+    ("llama.cpp f32", 158 / 263, 1.0),
+    ("sentence-transformers (torch)", 124 / 263, 1.0),
+)
 TOP_K = 10
 INVARIANCE_TEXTS = 6
 INVARIANCE_BATCH = 16
@@ -571,6 +582,10 @@ def plot(results: dict[str, Any], path: Path, peers: dict[str, str]) -> None:
         ax.scatter(error, row["vs_fp32"], marker=marker, s=40, color=color)
         ax.annotate(peers.get(recipe, recipe), (error, row["vs_fp32"]), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    for label, speed, min_cos in EXTERNAL_PEERS:
+        error = max(1 - min_cos, PLOT_FLOOR)
+        ax.scatter(error, speed, marker="D", s=36, color="tab:orange")
+        ax.annotate(label, (error, speed), fontsize=7, xytext=(4, -9), textcoords="offset points")
     ax.set_xscale("log")
     ax.invert_xaxis()
     ax.axvline(1 - 0.998, color="gray", ls="--", lw=0.8)
@@ -580,8 +595,8 @@ def plot(results: dict[str, Any], path: Path, peers: dict[str, str]) -> None:
     ax.set_ylabel(f"corpus texts/s, × fp32 ({clock})")
     machine_info = results.get("_machine", {})
     ax.set_title(f"int8 recipes on real MiniLM ({machine_info.get('cpu', '')})", fontsize=8)
-    ax.text(0.5, 0.6, "o batch-invariant  x batch-dependent  ■ peers\ngray: accuracy on 400 texts, else 4,000\n"
-            "dashed: 0.998 target; dotted: 1.8× fp32",
+    ax.text(0.5, 0.72, "o batch-invariant  x batch-dependent  ■ bertonnx peers\n◆ other engines (PEERS.md: wall clock, "
+            "2 threads)\ngray: accuracy on 400 texts, else 4,000\ndashed: 0.998 target; dotted: 1.8× fp32",
             transform=ax.transAxes, fontsize=7, va="top")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=110)

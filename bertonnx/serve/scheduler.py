@@ -66,6 +66,7 @@ from .engine import Work
 from .metrics import DROP_REASONS, ServeMetrics
 
 __all__ = [
+    "PROTECTED_SHARE",
     "RECENT_BATCHES",
     "Entry",
     "QueueFull",
@@ -96,6 +97,10 @@ REFILL_WAIT_S = 0.005
 #: The refill wait applies only to a queue of at most this many inputs (a few dozen clients in a closed loop); a
 #: longer queue (an overload draining) has enough to sort and is never held.
 REFILL_MAX_INPUTS = 64
+#: Share of an accepted request's time to its deadline that requests overtaking it may use up: the rest absorbs
+#: the cost estimate's error (long inputs cost more per token than the recent average), so it is answered, not
+#: dropped with a 504.
+PROTECTED_SHARE = 0.75
 #: ``Retry-After`` when nothing has run yet (no throughput to go by).
 DEFAULT_RETRY_AFTER_S = 1
 
@@ -205,6 +210,9 @@ class Ticket:
     future: asyncio.Future[list[object]]
     count: int
     deadline: float
+    #: ``time.monotonic()`` by which the requests overtaking it must let it end (``PROTECTED_SHARE`` of the way
+    #: from its arrival to ``deadline``)
+    protected: float = math.inf
     results: list[object] = field(default_factory=list)
     remaining: int = 0
     cancelled: str | None = None
@@ -328,8 +336,9 @@ class Scheduler:
         tokens = sum(len(work.ids) for work in works)
         self.check_room(len(works), tokens, deadline=deadline)
         loop = asyncio.get_running_loop()
-        ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline)
         now = time.monotonic()
+        protected = now + PROTECTED_SHARE * max(0.0, deadline - now)
+        ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline, protected=protected)
         key = priority_key(now, tokens, self.priority_per_token)  # one place for all of a request's inputs
         self._queue.extend(Entry(work, ticket, position, now, key) for position, work in enumerate(works))
         self._set_depth()
@@ -397,13 +406,13 @@ class Scheduler:
             done += entry.length
             finish = now + done * per_token
             # only a request this one makes late: one already late without it is the estimate's error, not its
-            if finish > entry.ticket.deadline >= finish - tokens * per_token:
+            if finish > entry.ticket.protected >= finish - tokens * per_token:
                 raise QueueFull(
                     self.queued,
                     self.max_queue,
                     max(1, math.ceil(finish - now - tokens * per_token)),  # once that request has been answered
                     f"taking this request ahead of the queued ones would make one of them miss its timeout "
-                    f"(about {finish - now:.0f} s of work before it ends, {entry.ticket.deadline - now:.0f} s left)",
+                    f"(about {finish - now:.0f} s of work before it ends, {entry.ticket.protected - now:.0f} s left)",
                 )
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
