@@ -340,26 +340,27 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
     run(own_deadline())
 
 
-def test_a_request_that_would_make_an_accepted_one_miss_its_timeout_is_refused() -> None:
-    """Small requests overtake a large one (the queue's order) only while the large one still meets its timeout:
-    the request that would make it late gets the 429, so the accepted one is answered instead of a 504."""
+def test_a_request_never_overtakes_an_accepted_one_it_would_make_miss_its_timeout() -> None:
+    """Small requests overtake a large one (the queue's order) only while the large one still ends within its
+    protected time: the request that would make it late goes behind it, so the accepted one is answered instead of
+    a 504, and the newcomer is refused only if its own wait there is too long."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
+        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=4.0)
         scheduler.start()
         assert PROTECTED_SHARE == 0.75
         scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
         # 2 s of work, 4 s left: overtakers may use 3 s of them (PROTECTED_SHARE), the rest absorbs estimate errors
         large = scheduler.submit([work(500)] * 4, deadline=time.monotonic() + 4.0)
-        for _ in range(3):
-            scheduler.submit([work(300)], deadline=1e12)  # 0.3 s each, ahead of the large request: 2.9 s
-        with pytest.raises(QueueFull, match="would make one of them miss its timeout") as full:
-            scheduler.submit([work(300)], deadline=1e12)  # the large one would end after 3.2 s
-        assert full.value.retry_after == 3  # once the large request has been answered
-        scheduler.submit([work(50)], deadline=1e12)  # small enough: 2.95 s
-        slow = scheduler.submit([work(500)] * 5, deadline=1e12)  # larger, so behind the large one: delays nobody
+        (large_key,) = {entry.key for entry in scheduler._queue}
+        for _ in range(3):  # 0.3 s each, ahead of the large request: it ends after 2.9 s
+            assert scheduler.check_room(1, 300) < large_key
+            scheduler.submit([work(300)], deadline=1e12)
+        assert scheduler.check_room(1, 300) == large_key  # it would end after 3.2 s: this one goes behind it
+        assert scheduler.check_room(1, 50) < large_key  # small enough to pass: 2.95 s
+        with pytest.raises(QueueFull, match="max_queue_wait 4 s"):
+            scheduler.check_room(2, 1500)  # behind the large one: 2.9 + 1.5 s
         assert not large.future.done()
-        assert not slow.future.done()
         await scheduler.stop()
 
     run(scenario())

@@ -331,59 +331,64 @@ class Scheduler:
         Raises:
             QueueFull: the queue cannot take ``len(works)`` more inputs, or the work queued ahead of them and
                 they would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
-                instead of a 504 at the deadline).
+                instead of a 504 at the deadline); :meth:`check_room` says where a request goes.
         """
-        tokens = sum(len(work.ids) for work in works)
-        self.check_room(len(works), tokens, deadline=deadline)
+        key = self.check_room(len(works), sum(len(work.ids) for work in works), deadline=deadline)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         protected = now + PROTECTED_SHARE * max(0.0, deadline - now)
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline, protected=protected)
-        key = priority_key(now, tokens, self.priority_per_token)  # one place for all of a request's inputs
+        # one place for all of a request's inputs
         self._queue.extend(Entry(work, ticket, position, now, key) for position, work in enumerate(works))
         self._set_depth()
         self._wakeup.set()
         return ticket
 
-    def check_room(self, inputs: int, tokens: int, deadline: float | None = None, *, lower_bound: bool = False) -> None:
-        """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now (``submit``'s check;
-        with ``lower_bound``, ``tokens`` is a lower bound and a request can be refused before it is tokenized).
+    def check_room(
+        self, inputs: int, tokens: int, deadline: float | None = None, *, lower_bound: bool = False
+    ) -> float:
+        """Whether a request of ``inputs`` inputs and ``tokens`` tokens would be queued now, and where (``submit``'s
+        check; with ``lower_bound``, ``tokens`` is a lower bound and a request can be refused before it is
+        tokenized).
 
-        The request's place in the queue is :func:`priority_key` of its tokens; only queued work of lesser key
-        (and what is computing) is counted ahead of it, and the queued requests of greater key, which it would
-        overtake, must still meet their deadlines.
+        The request's place in the queue is :func:`priority_key` of its tokens, except that it never overtakes
+        a queued request it would make miss its protected time (``PROTECTED_SHARE`` of the way to that
+        request's deadline): it goes behind the last such request instead, so an accepted request is answered,
+        not dropped with a 504 because later small ones kept overtaking it. Only queued work ahead of that
+        place (and what is computing) counts as the request's wait.
 
         Args:
             inputs: the request's inputs.
             tokens: their tokens.
             deadline: ``time.monotonic()`` by which the request must be answered: refused now when the work
                 ahead of it and its own would pass it (``None``: not checked).
-            lower_bound: ``tokens`` is at most the request's (before tokenization): only the checks a larger
-                request would fail too are made (the queued requests it would overtake are checked at ``submit``).
+            lower_bound: ``tokens`` is at most the request's (before tokenization): the place is not adjusted
+                for the queued requests (a larger request could only be refused more).
+
+        Returns:
+            The request's key in the queue's order (least first).
 
         Raises:
-            QueueFull: the queue cannot take ``inputs`` more inputs; or the work queued ahead of the request and
-                its own would take longer than ``max_queue_wait`` seconds or pass ``deadline``; or overtaking
-                the requests queued behind it would make one of them miss its own deadline (a 504 later for a
-                request already accepted: the newcomer gets the 429 instead).
+            QueueFull: the queue cannot take ``inputs`` more inputs, or the work queued ahead of the request and
+                its own would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
+                instead of a 504 at the deadline).
         """
-        if self.queued + inputs > self.max_queue:
-            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
-        if not self._queue:
-            return
-        per_token = self.cost.seconds_per_token()
-        if per_token is None:
-            return
         now = time.monotonic()
         key = priority_key(now, tokens, self.priority_per_token)
-        pending = sum(entry.length for entry in self._running)
-        behind: list[Entry] = []
-        for entry in sorted(self._queue, key=lambda e: e.key):
-            if entry.key <= key:
-                pending += entry.length
-            else:
-                behind.append(entry)
-        wait = (pending + tokens) * per_token
+        if self.queued + inputs > self.max_queue:
+            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
+        per_token = self.cost.seconds_per_token()
+        if not self._queue or per_token is None:
+            return key
+        queue = sorted(self._queue, key=lambda e: e.key)
+        computing = sum(entry.length for entry in self._running)
+        if not lower_bound:
+            done = computing + tokens  # tokens computed before each queued input ends, with this request ahead of it
+            for entry in queue:
+                done += entry.length
+                if entry.key > key and now + done * per_token > entry.ticket.protected:
+                    key = entry.key  # behind it (ties go to the older input), and so behind everything before it
+        wait = (computing + sum(entry.length for entry in queue if entry.key <= key) + tokens) * per_token
         if self.max_queue_wait is not None and wait > self.max_queue_wait:
             raise QueueFull(
                 self.queued,
@@ -399,21 +404,7 @@ class Scheduler:
                 f"about {wait:.0f} s of work queued with this request, more than the {max(0.0, deadline - now):.0f} s "
                 "left before its timeout",
             )
-        if lower_bound:
-            return
-        done = pending + tokens  # tokens computed before each request behind it ends, with this one taken
-        for entry in behind:
-            done += entry.length
-            finish = now + done * per_token
-            # only a request this one makes late: one already late without it is the estimate's error, not its
-            if finish > entry.ticket.protected >= finish - tokens * per_token:
-                raise QueueFull(
-                    self.queued,
-                    self.max_queue,
-                    max(1, math.ceil(finish - now - tokens * per_token)),  # once that request has been answered
-                    f"taking this request ahead of the queued ones would make one of them miss its timeout "
-                    f"(about {finish - now:.0f} s of work before it ends, {entry.ticket.protected - now:.0f} s left)",
-                )
+        return key
 
     def cancel(self, ticket: Ticket, reason: str) -> int:
         """Drop a request's queued inputs (never computed) and count them under ``reason``.
