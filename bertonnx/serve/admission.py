@@ -11,7 +11,9 @@ What :class:`TokenCost` does instead:
 - a batch's cost is counted per token of at least ``EFFICIENT_TOKENS``: a run of 6 tokens costs about
   what a run of a few hundred does (fixed overhead), so small batches do not inflate the per-token cost
   of a queue that will run in large batches;
-- the floor is the machine's capacity: the lowest per-token cost seen so far (the engine at full speed);
+- the floor is the machine's capacity: the lowest per-token cost seen so far in a run of at least
+  ``EFFICIENT_TOKENS`` real tokens (the engine at full speed; a lone short input's run, cheap in absolute
+  terms, says nothing of what a queue of long ones costs per token);
 - the ceiling is ``CEILING`` times that floor: contention can make the estimate pessimistic by that
   much at most, never by the 30x seen;
 - recent batches count only for ``HORIZON_S`` seconds: after a burst, the estimate is back to the
@@ -52,6 +54,7 @@ class TokenCost:
         self.ceiling = ceiling
         self.horizon_s = horizon_s
         self.best: float | None = None
+        self._last: float | None = None
         self._recent: deque[tuple[float, int, float]] = deque(maxlen=RECENT_BATCHES)
 
     def observe(self, tokens: int, elapsed: float, now: float | None = None) -> None:
@@ -60,17 +63,24 @@ class TokenCost:
         if elapsed <= 0:
             return
         cost = elapsed / counted
-        self.best = cost if self.best is None else min(self.best, cost)
+        # only a run of at least efficient_tokens real tokens tells the machine's capacity: a lone 12-token run costs
+        # far less than 256 tokens' worth on a fast CPU, and taken as the floor it capped the estimate at a few times
+        # too little (a queue of 40 s of work estimated at 14 s: 504s for accepted requests)
+        if tokens >= self.efficient_tokens:
+            self.best = cost if self.best is None else min(self.best, cost)
+        self._last = cost
         self._recent.append((time.monotonic() if now is None else now, counted, elapsed))
 
     def seconds_per_token(self, now: float | None = None) -> float | None:
         """The estimate (``None`` before the first run)."""
-        if self.best is None:
+        if self._last is None:
             return None
         now = time.monotonic() if now is None else now
         while self._recent and now - self._recent[0][0] > self.horizon_s:
             self._recent.popleft()
         if not self._recent:
-            return self.best
+            return self.best if self.best is not None else self._last
         recent = sum(elapsed for _, _, elapsed in self._recent) / sum(tokens for _, tokens, _ in self._recent)
+        if self.best is None:  # no large run yet: the recent runs as they are
+            return recent
         return min(max(recent, self.best), self.ceiling * self.best)
