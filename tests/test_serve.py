@@ -378,9 +378,9 @@ def test_server_routes(server: Server, model: BertOnnx) -> None:
         assert info["precision"] == "f32"
         assert info["random_weights"] is False
         assert info["hidden_size"] == model.hidden_size
-        assert info["limits"]["max_batch_tokens"] == 2048
+        assert info["limits"]["max_batch_tokens"] == 512
         assert info["limits"]["payload_limit"] == 2_000_000
-        assert info["limits"]["max_queue_wait"] == 20.0
+        assert info["limits"]["max_queue_wait"] == 15.0
         assert info["limits"]["max_batch_requests"] is None
         # the server's memory default: the arena shrinks and free pages go back to the system after each run
         assert info["memory"] == {"arena_shrinkage": True, "release_memory": True}

@@ -320,7 +320,8 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.submit([work(512)], deadline=1e12)  # taken all the same: nothing is queued
         with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
             scheduler.submit([work(512)], deadline=1e12)  # behind the first 512 tokens
-        scheduler.submit([work(2)], deadline=1e12)  # ahead of them (shortest first): nothing queued before it
+        with pytest.raises(QueueFull, match=r"max_queue_wait 0\.1 s"):
+            scheduler.submit([work(2)], deadline=1e12)  # ahead of them by the order, but the whole queue counts
         await scheduler.stop()
 
     async def own_deadline() -> None:
@@ -407,7 +408,7 @@ def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on() -> None:
 
 def test_serve_options_are_validated() -> None:
     """pydantic checks every field (strict types, finite numbers, ranges); each problem names its field."""
-    assert ServeOptions().limits == BatchLimits(2048, 256)
+    assert ServeOptions().limits == BatchLimits(512, 256)
     assert dataclasses.replace(ServeOptions(), model_name="m").model_name == "m"  # revalidated, still frozen
     with pytest.raises(ValueError, match=r"max_queue \(8\) must be >= max_client_batch_size \(32\)"):
         ServeOptions(max_queue=8)
@@ -421,7 +422,7 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(max_batch_tokens=0)
     with pytest.raises(ValueError, match=r"api_key\n  String should have at least 1 character"):
         ServeOptions(api_key="")
-    assert ServeOptions().max_queue_wait == 20.0
+    assert ServeOptions().max_queue_wait == 15.0
     assert ServeOptions(max_queue_wait=None).max_queue_wait is None
     # the queue-order and refill flags default to the scheduler's own constants (declared apart: the flags'
     # module stays free of the serve extra)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
+from ..batching import DEFAULT_MAX_BATCH_SIZE
 from ..command import ArgumentParser, CommandError, port_number, positive_int
 from ..manifest import VARIANT_FILES
 from ..model import DEFAULT_VARIANT
@@ -43,6 +43,12 @@ DEFAULT_PORT = 8080
 #: Read when --api-key is not given, so the key need not appear in the process list.
 API_KEY_ENV = "BERTONNX_API_KEY"
 
+#: Padded tokens per engine run in the server (the runtime's offline default is 2,048). On a 2-core CPU a run costs
+#: its padded tokens and almost nothing besides (bert-base fp32: 0.4 ms + 0.48 ms per padded token, from 8 to 2,048
+#: tokens; benchmarks/SCHEDULER.md, ``benchmarks.serve.runcost``), so larger runs gain nothing, while a short request
+#: arriving behind a run waits for all of it: 512 (one full-length input) keeps that wait near 0.25 s instead of 1 s.
+#: Raise it where a run has a fixed cost to spread (many cores, a GPU); ``runcost`` measures it.
+DEFAULT_SERVE_MAX_BATCH_TOKENS = 512
 #: Inputs one request may carry (TEI's default ``--max-client-batch-size``).
 DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
 #: Request body bytes at most (TEI's default ``--payload-limit``, 2 MB).
@@ -51,8 +57,10 @@ DEFAULT_PAYLOAD_LIMIT = 2_000_000
 DEFAULT_MAX_QUEUE = 1024
 #: Seconds of work the queue may hold (estimated from the tokens queued and recent seconds per token); past it
 #: requests get 429 at once instead of 504 after the request timeout. Counting inputs alone misjudges the work
-#: by the inputs' lengths (benchmarks/DEFAULTS.md, "Queue limits").
-DEFAULT_MAX_QUEUE_WAIT_S: float | None = 20.0
+#: by the inputs' lengths (benchmarks/DEFAULTS.md, "Queue limits"). 15 s: the closed loop of 32 mixed requests
+#: holds up to about 10 s and must not be refused; what an overload leaves queued must drain soon after it
+#: (the trade-off: benchmarks/SCHEDULER.md).
+DEFAULT_MAX_QUEUE_WAIT_S: float | None = 15.0
 #: Requests whose inputs may share one engine run (``None``: any number; 1 turns batching across requests off).
 DEFAULT_MAX_BATCH_REQUESTS: int | None = None
 #: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
@@ -60,7 +68,7 @@ DEFAULT_BATCH_WAIT_MS = 0.0
 #: Milliseconds of queue age each token of an input costs it in the queue's order: shorter inputs go first within
 #: that bound (0: oldest first). Chosen by replay (benchmarks/SCHEDULER.md); equal to the scheduler's
 #: ``PRIORITY_SECONDS_PER_TOKEN`` (a test holds them together; this module stays free of the serve extra).
-DEFAULT_PRIORITY_MS_PER_TOKEN = 4.0
+DEFAULT_PRIORITY_MS_PER_TOKEN = 40.0
 #: Milliseconds the engine waits after a run for the clients it answered (0: never); the scheduler's
 #: ``REFILL_WAIT_S``.
 DEFAULT_REFILL_WAIT_MS = 5.0
@@ -115,7 +123,10 @@ class Option:
 #: Every ``ServeOptions`` field a flag sets, in ``--help`` order.
 SERVE_OPTIONS: tuple[Option, ...] = (
     Option(
-        "--max-batch-tokens", positive_int, DEFAULT_MAX_BATCH_TOKENS, "padded tokens (longest x inputs) per engine run"
+        "--max-batch-tokens",
+        positive_int,
+        DEFAULT_SERVE_MAX_BATCH_TOKENS,
+        "padded tokens (longest x inputs) per engine run",
     ),
     Option("--max-batch-size", positive_int, DEFAULT_MAX_BATCH_SIZE, "inputs per engine run"),
     Option(

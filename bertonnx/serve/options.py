@@ -13,7 +13,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.dataclasses import dataclass
 
-from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLimits
+from ..batching import DEFAULT_MAX_BATCH_SIZE, BatchLimits
 from ..outputs import POOLING_MODES
 from .arguments import (
     DEFAULT_BATCH_WAIT_MS,
@@ -32,6 +32,7 @@ from .arguments import (
     DEFAULT_PRIORITY_MS_PER_TOKEN,
     DEFAULT_REFILL_WAIT_MS,
     DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_SERVE_MAX_BATCH_TOKENS,
     DEFAULT_WRITE_TIMEOUT_S,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_PRIORITY_MS_PER_TOKEN",
     "DEFAULT_REFILL_WAIT_MS",
     "DEFAULT_REQUEST_TIMEOUT_S",
+    "DEFAULT_SERVE_MAX_BATCH_TOKENS",
     "DEFAULT_WRITE_TIMEOUT_S",
     "ServeOptions",
 ]
@@ -65,7 +67,8 @@ class ServeOptions:
     """How the server batches, limits and answers.
 
     Attributes:
-        max_batch_tokens: padded tokens per engine run (longest input × inputs), as offline.
+        max_batch_tokens: padded tokens per engine run (longest input × inputs), counted as offline
+            (``DEFAULT_SERVE_MAX_BATCH_TOKENS``, below the runtime's offline default: why is said there).
         max_batch_size: inputs per engine run.
         max_batch_requests: requests whose inputs may share one engine run, the oldest queued first
             (``None``: no limit; 1: one request per run, batching across requests off, as TEI's
@@ -73,8 +76,9 @@ class ServeOptions:
         max_client_batch_size: inputs one request may carry; more gives 413.
         max_queue: inputs waiting for the engine at most; a request that would pass it gets 429.
             At least ``max_client_batch_size``, so every admissible request can be queued.
-        max_queue_wait: seconds of work the queue may hold, estimated from the tokens queued (and computing)
-            and the seconds per token of recent batches; a request that would pass it gets 429 with
+        max_queue_wait: seconds of work the queue may hold (all of it, whatever its order), estimated from the
+            tokens queued (and computing) and the seconds per token of recent batches; a request that would pass
+            it gets 429 with
             ``Retry-After`` (``None``: no limit; the command line's ``0``). A request is always taken when
             nothing is queued.
         batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
@@ -115,7 +119,7 @@ class ServeOptions:
             problem is listed with its field). Numbers are finite; ints are not bools or floats.
     """
 
-    max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
+    max_batch_tokens: int = DEFAULT_SERVE_MAX_BATCH_TOKENS
     max_batch_size: int = DEFAULT_MAX_BATCH_SIZE
     max_batch_requests: PositiveInt | None = DEFAULT_MAX_BATCH_REQUESTS
     max_client_batch_size: PositiveInt = DEFAULT_MAX_CLIENT_BATCH_SIZE

@@ -10,13 +10,13 @@ many as the budget allows (:class:`bertonnx.batching.BatchLimits`: padded tokens
   inputs starves the other end under steady load. Anchoring on the least key makes waiting bounded: a
   request of ``n`` tokens queued at ``t`` is served before anything queued after
   ``t + PRIORITY_SECONDS_PER_TOKEN × (n - 1)``, whatever arrives later. Within that bound small requests
-  overtake large ones, so under overload a one-text request does not wait behind seconds of queued
-  32-input requests, and the admission check (:meth:`Scheduler.check_room`) counts only the work queued
-  *ahead* of a request by that order: a small request is refused (429) only when the work ahead of it passes
-  ``max_queue_wait`` or its timeout, not when large work queued behind it does. A request that would overtake
-  queued ones is also refused when one of them would then miss its own timeout, so an accepted request is
-  answered, not dropped with a 504 because later small ones kept overtaking it. Inputs near the anchor's
-  length ride along.
+  overtake large ones, so a one-text request does not wait behind seconds of queued 32-input requests.
+  Admission (:meth:`Scheduler.check_room`): a request is refused (429) when the whole queue would hold more than
+  ``max_queue_wait`` seconds of work with it, when the work ahead of it would pass its timeout, or when
+  overtaking the requests queued behind it would make one of them end after its protected time
+  (``PROTECTED_SHARE`` of the way to its deadline; a request's place is never later than its own), so an
+  accepted request is answered, not dropped with a 504 because later small ones kept overtaking it. Inputs near
+  the anchor's length ride along.
 - Closest-in-length keeps padding low: the batch is a contiguous run of the queue sorted by length
   around the anchor, grown one neighbour at a time towards the nearer length (a shorter neighbour never
   raises the padded width, a longer one only while the budget holds).
@@ -88,10 +88,11 @@ RECENT_BATCHES = 32
 EFFICIENT_BATCH_TOKENS = 256
 #: Largest share of padding a batch past ``EFFICIENT_BATCH_TOKENS`` may grow to.
 MAX_PADDING_FRACTION = 0.25
-#: Seconds of age each token of a request costs it in the queue's order: a 6-token request queued up to 2 s
-#: after a 512-token one is served first. Chosen by replaying the single-text workload and measuring the
-#: overload test (benchmarks/SCHEDULER.md).
-PRIORITY_SECONDS_PER_TOKEN = 0.004
+#: Seconds of age each token of a request costs it in the queue's order: a one-text request of 12 tokens is
+#: served before a 32-input request of 1,000 tokens queued up to 39.5 s before it, unless that one would then miss
+#: its protected time. Chosen from the overload replay (benchmarks/SCHEDULER.md): at 4 ms a short request arriving
+#: after an overload waits behind the whole backlog.
+PRIORITY_SECONDS_PER_TOKEN = 0.04
 #: Seconds the engine waits after a run for the clients it answered to send their next inputs (see Refill).
 REFILL_WAIT_S = 0.005
 #: The refill wait applies only to a queue of at most this many inputs (a few dozen clients in a closed loop); a
@@ -246,8 +247,8 @@ class Scheduler:
         max_queue: inputs waiting at most; ``submit`` raises :class:`QueueFull` past it.
         batch_wait_s: seconds to hold a batch open for more inputs once the engine is free.
         max_batch_requests: requests one batch may serve, the oldest first (``None``: no limit).
-        max_queue_wait: seconds a request may wait for the engine, estimated from the tokens queued ahead of it
-            (by :func:`priority_key`), its own and those computing, and the engine's cost per token
+        max_queue_wait: seconds of work the queue may hold with a new request, estimated from the tokens queued,
+            its own and those computing, and the engine's cost per token
             (:class:`bertonnx.serve.admission.TokenCost`: recent batches, between the best cost seen and 4 times
             it); a request that would pass it gets :class:`QueueFull` (``None``: no limit; a request is always
             taken when nothing is queued).
@@ -351,27 +352,25 @@ class Scheduler:
         check; with ``lower_bound``, ``tokens`` is a lower bound and a request can be refused before it is
         tokenized).
 
-        The request's place in the queue is :func:`priority_key` of its tokens, except that it never overtakes
-        a queued request it would make miss its protected time (``PROTECTED_SHARE`` of the way to that
-        request's deadline): it goes behind the last such request instead, so an accepted request is answered,
-        not dropped with a 504 because later small ones kept overtaking it. Only queued work ahead of that
-        place (and what is computing) counts as the request's wait.
+        The request's place in the queue is :func:`priority_key` of its tokens, at most its protected time
+        (``PROTECTED_SHARE`` of the way to ``deadline``). It is refused (429) when the whole queue with it would
+        hold more than ``max_queue_wait`` seconds of work, when the work ahead of its place and its own would pass
+        ``deadline``, or when overtaking the requests queued behind it would make one of them end after its
+        protected time: an accepted request is answered, not dropped with a 504 because later small requests
+        kept overtaking it.
 
         Args:
             inputs: the request's inputs.
             tokens: their tokens.
-            deadline: ``time.monotonic()`` by which the request must be answered: refused now when the work
-                ahead of it and its own would pass it (``None``: not checked).
-            lower_bound: ``tokens`` is at most the request's (before tokenization): the place is not adjusted
-                for the queued requests (a larger request could only be refused more).
+            deadline: ``time.monotonic()`` by which the request must be answered (``None``: not checked).
+            lower_bound: ``tokens`` is at most the request's (before tokenization): the requests it would overtake
+                are not checked (a larger request overtakes fewer of them).
 
         Returns:
             The request's key in the queue's order (least first).
 
         Raises:
-            QueueFull: the queue cannot take ``inputs`` more inputs, or the work queued ahead of the request and
-                its own would take longer than ``max_queue_wait`` seconds or pass ``deadline`` (an early 429
-                instead of a 504 at the deadline).
+            QueueFull: any of the refusals above, or the queue cannot take ``inputs`` more inputs (``max_queue``).
         """
         now = time.monotonic()
         key = priority_key(now, tokens, self.priority_per_token)
@@ -382,19 +381,32 @@ class Scheduler:
             return key
         queue = sorted(self._queue, key=lambda e: e.key)
         computing = sum(entry.length for entry in self._running)
+        if deadline is not None:  # never placed later than its own protected time
+            key = min(key, now + PROTECTED_SHARE * max(0.0, deadline - now))
         if not lower_bound:
             done = computing + tokens  # tokens computed before each queued input ends, with this request ahead of it
             for entry in queue:
                 done += entry.length
-                if entry.key > key and now + done * per_token > entry.ticket.protected:
-                    key = entry.key  # behind it (ties go to the older input), and so behind everything before it
+                # only a request this one makes late: one already late without it is first in the order anyway
+                # (its key is at most its protected time), and refusing everything while it ends helps nobody
+                finish = now + done * per_token
+                if entry.key > key and finish > entry.ticket.protected >= finish - tokens * per_token:
+                    raise QueueFull(
+                        self.queued,
+                        self.max_queue,
+                        max(1, math.ceil(done * per_token)),  # once that request has been answered
+                        "taking this request ahead of the queued ones would make one of them miss its timeout "
+                        f"(about {done * per_token:.0f} s of work before it ends, "
+                        f"{entry.ticket.protected - now:.0f} s left)",
+                    )
         wait = (computing + sum(entry.length for entry in queue if entry.key <= key) + tokens) * per_token
-        if self.max_queue_wait is not None and wait > self.max_queue_wait:
+        backlog = (computing + sum(entry.length for entry in queue) + tokens) * per_token
+        if self.max_queue_wait is not None and backlog > self.max_queue_wait:
             raise QueueFull(
                 self.queued,
                 self.max_queue,
-                max(1, math.ceil(wait - self.max_queue_wait)),  # until that much of the queue has drained
-                f"about {wait:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+                max(1, math.ceil(backlog - self.max_queue_wait)),  # until that much of the queue has drained
+                f"about {backlog:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
             )
         if deadline is not None and now + wait > deadline:
             raise QueueFull(
