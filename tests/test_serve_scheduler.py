@@ -325,29 +325,38 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         await scheduler.stop()
 
     async def own_deadline() -> None:
-        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
-        scheduler.start()
-        scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
-        for _ in range(4):
-            scheduler.submit([work(500)], deadline=1e12)  # 2 s of work queued, four requests of 500 tokens
+        oldest_first = Scheduler(
+            Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None, priority_per_token=0.0
+        )
+        by_size = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=None)
+        for scheduler in (oldest_first, by_size):
+            scheduler.start()
+            scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
+            for _ in range(4):
+                scheduler.submit([work(500)], deadline=1e12)  # 2 s of work queued, four requests of 500 tokens
         soon = time.monotonic() + 1.0
         with pytest.raises(QueueFull, match=r"more than the 1 s left before its timeout"):
-            scheduler.submit([work(500)], deadline=soon)  # 2.5 s of work to finish: refused now, not a 504 later
-        scheduler.submit([work(6)], deadline=soon)  # ahead of the queued 500-token inputs: done in time
-        await scheduler.stop()
+            oldest_first.submit([work(500)], deadline=soon)  # 2.5 s of work to finish: refused now, not a 504 later
+        # by size, its place is at most its protected time (0.75 s away), ahead of the four queued 20 s after
+        # their arrival: 0.5 s of work, done in time (and they lose 0.5 s of their 1e12)
+        by_size.submit([work(500)], deadline=soon)
+        for scheduler in (oldest_first, by_size):
+            await scheduler.stop()
 
     run(scenario())
     run(empty_queue())
     run(own_deadline())
 
 
-def test_a_request_never_overtakes_an_accepted_one_it_would_make_miss_its_timeout() -> None:
+def test_a_request_that_would_make_an_accepted_one_miss_its_timeout_is_refused() -> None:
     """Small requests overtake a large one (the queue's order) only while the large one still ends within its
-    protected time: the request that would make it late goes behind it, so the accepted one is answered instead of
-    a 504, and the newcomer is refused only if its own wait there is too long."""
+    protected time: the request that would make it late gets the 429, so the accepted one is answered instead of
+    a 504 later."""
 
     async def scenario() -> None:
-        scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=4.0)
+        scheduler = Scheduler(
+            Recorder(), BatchLimits(), max_queue=1000, batch_wait_s=5.0, max_queue_wait=4.0, priority_per_token=0.004
+        )
         scheduler.start()
         assert PROTECTED_SHARE == 0.75
         scheduler.cost.observe(1000, 1.0)  # 1000 tokens/s
@@ -357,10 +366,12 @@ def test_a_request_never_overtakes_an_accepted_one_it_would_make_miss_its_timeou
         for _ in range(3):  # 0.3 s each, ahead of the large request: it ends after 2.9 s
             assert scheduler.check_room(1, 300) < large_key
             scheduler.submit([work(300)], deadline=1e12)
-        assert scheduler.check_room(1, 300) == large_key  # it would end after 3.2 s: this one goes behind it
+        with pytest.raises(QueueFull, match="would make one of them miss its timeout") as full:
+            scheduler.submit([work(300)], deadline=1e12)  # the large one would end after 3.2 s
+        assert full.value.retry_after == 4  # once the large request has been answered (3.2 s of work)
         assert scheduler.check_room(1, 50) < large_key  # small enough to pass: 2.95 s
         with pytest.raises(QueueFull, match="max_queue_wait 4 s"):
-            scheduler.check_room(2, 1500)  # behind the large one: 2.9 + 1.5 s
+            scheduler.check_room(2, 1500)  # 2.9 + 1.5 s of work in the whole queue
         assert not large.future.done()
         await scheduler.stop()
 
@@ -483,7 +494,7 @@ def test_priority_key_is_shortest_first_within_an_age_bound() -> None:
 
 
 def test_a_short_request_overtakes_queued_long_work_and_nothing_starves() -> None:
-    """Under overload: long requests queued first, short ones arriving behind them are answered first; every
+    """Under load: long requests queued first, short ones arriving behind them are answered first; every
     request is answered within its deadline or refused at once (429); none is left waiting past it."""
 
     async def scenario() -> None:
@@ -506,15 +517,16 @@ def test_a_short_request_overtakes_queued_long_work_and_nothing_starves() -> Non
             await ticket.future
             done_at[kind].append(loop.time() - started)
 
-        longs = [asyncio.ensure_future(one("long", 256)) for _ in range(400)]  # ~2 s of work: most refused
+        longs = [asyncio.ensure_future(one("long", 256)) for _ in range(120)]  # ~0.6 s of work: all taken
         await asyncio.sleep(0.05)
         shorts = [asyncio.ensure_future(one("short", 8)) for _ in range(40)]
-        await asyncio.wait_for(asyncio.gather(*longs, *shorts), timeout=10)
+        late = [asyncio.ensure_future(one("long", 256)) for _ in range(200)]  # 1 s more: past max_queue_wait
+        await asyncio.wait_for(asyncio.gather(*longs, *shorts, *late), timeout=10)
         await scheduler.stop()
-        assert refused["short"] == 0  # nothing queued ahead of them passes max_queue_wait
-        assert refused["long"] > 0  # the long ones past 1 s of queued work were refused
-        assert len(done_at["long"]) + refused["long"] == 400  # every long one answered or refused
-        assert max(done_at["short"]) < 0.5 < max(done_at["long"])  # the shorts did not wait for the long queue
+        assert refused["short"] == 0  # room in the queue: taken, and placed ahead of the long ones
+        assert refused["long"] > 0  # the whole queue counts: the long ones past 1 s of queued work were refused
+        assert len(done_at["long"]) + refused["long"] == 320  # every long one answered or refused
+        assert max(done_at["short"]) < 0.3 < max(done_at["long"])  # the shorts did not wait for the long queue
         assert max(done_at["long"]) < 5.0  # within the deadline
 
     run(scenario())

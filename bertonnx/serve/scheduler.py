@@ -374,6 +374,8 @@ class Scheduler:
         """
         now = time.monotonic()
         key = priority_key(now, tokens, self.priority_per_token)
+        if deadline is not None:  # never placed later than its own protected time
+            key = min(key, now + PROTECTED_SHARE * max(0.0, deadline - now))
         if self.queued + inputs > self.max_queue:
             raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
         per_token = self.cost.seconds_per_token()
@@ -381,8 +383,6 @@ class Scheduler:
             return key
         queue = sorted(self._queue, key=lambda e: e.key)
         computing = sum(entry.length for entry in self._running)
-        if deadline is not None:  # never placed later than its own protected time
-            key = min(key, now + PROTECTED_SHARE * max(0.0, deadline - now))
         if not lower_bound:
             done = computing + tokens  # tokens computed before each queued input ends, with this request ahead of it
             for entry in queue:
