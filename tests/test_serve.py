@@ -673,7 +673,11 @@ def test_64_concurrent_clients_get_the_serial_answers(server: Server, model: Ber
 def test_sigterm_during_load_loses_no_accepted_request_and_exits_0(
     tmp_path: Path, tiny_export: Path, model: BertOnnx
 ) -> None:
-    server = Server(tiny_export, tmp_path / "drain.log", "--batch-wait-ms", "1500", "--drain-timeout", "20")
+    # one batch holds all six (the longest text x 6 passes the default 512 tokens), so it is held open 1.5 s
+    server = Server(
+        tiny_export, tmp_path / "drain.log", "--batch-wait-ms", "1500", "--drain-timeout", "20",
+        "--max-batch-tokens", "2048",
+    )  # fmt: skip
     try:
         count = 6
         with ThreadPoolExecutor(count) as pool:

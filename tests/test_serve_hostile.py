@@ -443,8 +443,12 @@ def test_the_queue_wait_estimate_forgets_a_burst_of_contention() -> None:
     best = 1.0 / 1024
     assert cost.seconds_per_token(now=10.0) == pytest.approx(CEILING * best)  # at most CEILING x capacity
     assert cost.seconds_per_token(now=10.0 + HORIZON_S) == pytest.approx(best)  # the burst forgotten
-    cost.observe(6, 0.05, now=30.0)  # a 6-token run costs its overhead: counted as a run of 256 tokens
-    assert cost.seconds_per_token(now=30.0) == pytest.approx(0.05 / 256)
+    cost.observe(6, 0.05, now=30.0)  # a 6-token run costs its overhead: counted as a run of 256 tokens, ...
+    assert cost.seconds_per_token(now=30.0) == pytest.approx(best)  # ... and cheap per counted token: not a floor
+    only_small = TokenCost()
+    only_small.observe(12, 0.014, now=0.0)  # no large run yet: the small runs as they are
+    assert only_small.seconds_per_token(now=0.0) == pytest.approx(0.014 / 256)
+    assert TokenCost().seconds_per_token() is None
 
 
 # -- finding 5: headers ---------------------------------------------------------------------------------

@@ -65,8 +65,8 @@ DEFAULT_MAX_QUEUE_WAIT_S: float | None = 15.0
 DEFAULT_MAX_BATCH_REQUESTS: int | None = None
 #: How long the scheduler holds a batch open for more inputs once the engine is free (0: start at once).
 DEFAULT_BATCH_WAIT_MS = 0.0
-#: Milliseconds of queue age each token of an input costs it in the queue's order: shorter inputs go first within
-#: that bound (0: oldest first). Chosen by replay (benchmarks/SCHEDULER.md); equal to the scheduler's
+#: Milliseconds of queue age each token of a request costs it in the queue's order: smaller requests go first
+#: within that bound (0: oldest first). Chosen by replay (benchmarks/SCHEDULER.md); equal to the scheduler's
 #: ``PRIORITY_SECONDS_PER_TOKEN`` (a test holds them together; this module stays free of the serve extra).
 DEFAULT_PRIORITY_MS_PER_TOKEN = 40.0
 #: Milliseconds the engine waits after a run for the clients it answered (0: never); the scheduler's
@@ -159,8 +159,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "--priority-ms-per-token",
         float,
         DEFAULT_PRIORITY_MS_PER_TOKEN,
-        "queue order: each token of an input counts as this many milliseconds of age, so shorter inputs go first "
-        "within that bound (0: oldest first)",
+        "queue order: each token of a request counts as this many milliseconds of age, so smaller requests go "
+        "first within that bound (0: oldest first)",
     ),
     Option(
         "--refill-wait-ms",

@@ -83,8 +83,8 @@ class ServeOptions:
             nothing is queued.
         batch_wait_ms: milliseconds to hold a batch open for more inputs once the engine is free
             (0: continuous batching, a batch starts as soon as the engine is free).
-        priority_ms_per_token: the queue's order: an input's place is its arrival time plus this many
-            milliseconds per token, so shorter inputs go first within that bound (0: oldest first);
+        priority_ms_per_token: the queue's order: a request's place is its arrival time plus this many
+            milliseconds per token of the request, so smaller requests go first within that bound (0: oldest first);
             :func:`bertonnx.serve.scheduler.priority_key`.
         refill_wait_ms: milliseconds the engine may wait after a run for the clients it answered to send their
             next inputs, so the next batch is cut from a fuller queue (0: never).
