@@ -442,6 +442,8 @@ def test_serve_options_are_validated() -> None:
     assert ServeOptions(priority_ms_per_token=0, refill_wait_ms=0).priority_s_per_token == 0.0
     with pytest.raises(ValueError, match=r"refill_wait_ms\n  Input should be greater than or equal to 0"):
         ServeOptions(refill_wait_ms=-1)
+    with pytest.raises(ValueError, match=r"refill_wait_ms\n  Input should be less than or equal to 1000"):
+        ServeOptions(refill_wait_ms=5000)  # queued work would wait that long after every run
     with pytest.raises(ValueError, match=r"max_queue_wait\n  Input should be greater than 0"):
         ServeOptions(max_queue_wait=0)
     for bad in (float("inf"), float("nan")):
@@ -552,6 +554,30 @@ def test_refill_waits_for_answered_clients_and_batches_more() -> None:
 
     without, with_refill = run(closed_loop(0.0)), run(closed_loop(0.005))
     assert with_refill > without
+
+
+def test_the_refill_wait_follows_answered_requests_not_the_rest_of_a_large_one() -> None:
+    """A request split over several runs is not held between them (no client was answered), and after a run that
+    answered one the wait ends as soon as a new request arrives."""
+
+    async def scenario() -> tuple[float, float]:
+        engine = SlowEngine(per_token=1e-5)
+        scheduler = Scheduler(engine, BatchLimits(max_batch_tokens=64), max_queue=100, refill_wait_s=0.5)
+        scheduler.start()
+        started = time.monotonic()
+        await scheduler.submit([work(32)] * 8, deadline=1e12).future  # four runs of 2 x 32
+        split = time.monotonic() - started
+        await scheduler.submit([work(8), work(8)], deadline=1e12).future  # one run, one request answered ...
+        started = time.monotonic()
+        await scheduler.submit([work(8)], deadline=1e12).future  # ... whose client sends its next one at once
+        following = time.monotonic() - started
+        await scheduler.stop()
+        assert len(engine.batches) == 6
+        return split, following
+
+    split, following = run(scenario())
+    assert split < 0.25  # four runs without a 0.5 s wait between them
+    assert following < 0.25  # the wait ended with the arrival
 
 
 def test_answers_through_the_scheduler_equal_offline_whatever_they_are_batched_with(tiny_export: Path) -> None:

@@ -72,6 +72,8 @@ DEFAULT_PRIORITY_MS_PER_TOKEN = 40.0
 #: Milliseconds the engine waits after a run for the clients it answered (0: never); the scheduler's
 #: ``REFILL_WAIT_S``.
 DEFAULT_REFILL_WAIT_MS = 5.0
+#: The refill wait at most: queued work waits while it lasts.
+MAX_REFILL_WAIT_MS = 1000.0
 #: Seconds a request may take from arrival to answer before it gets 504 (its queued inputs are dropped).
 DEFAULT_REQUEST_TIMEOUT_S = 60.0
 #: Seconds SIGTERM/SIGINT waits for accepted requests before the process exits anyway.
@@ -166,7 +168,8 @@ SERVE_OPTIONS: tuple[Option, ...] = (
         "--refill-wait-ms",
         float,
         DEFAULT_REFILL_WAIT_MS,
-        "after a run, wait up to this long for the clients it answered to send their next inputs (0: never)",
+        "after a run, wait up to this long for the clients it answered to send their next requests (0: never; at "
+        "most 1000)",
     ),
     Option("--payload-limit", positive_int, DEFAULT_PAYLOAD_LIMIT, "request body bytes; more gives 413"),
     Option(

@@ -34,6 +34,7 @@ from .arguments import (
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_SERVE_MAX_BATCH_TOKENS,
     DEFAULT_WRITE_TIMEOUT_S,
+    MAX_REFILL_WAIT_MS,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
     "DEFAULT_SERVE_MAX_BATCH_TOKENS",
     "DEFAULT_WRITE_TIMEOUT_S",
+    "MAX_REFILL_WAIT_MS",
     "ServeOptions",
 ]
 
@@ -87,7 +89,8 @@ class ServeOptions:
             milliseconds per token of the request, so smaller requests go first within that bound (0: oldest first);
             :func:`bertonnx.serve.scheduler.priority_key`.
         refill_wait_ms: milliseconds the engine may wait after a run for the clients it answered to send their
-            next inputs, so the next batch is cut from a fuller queue (0: never).
+            next requests, so the next batch is cut from a fuller queue (0: never; at most
+            ``MAX_REFILL_WAIT_MS``: queued work waits meanwhile).
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
         auto_truncate: truncate inputs over the model's 512 tokens when a request does not say
             (``truncate`` absent); ``False`` answers 422 naming the input, as the runtime raises.
@@ -127,7 +130,7 @@ class ServeOptions:
     max_queue_wait: Annotated[float, Field(gt=0)] | None = DEFAULT_MAX_QUEUE_WAIT_S
     batch_wait_ms: Seconds = DEFAULT_BATCH_WAIT_MS
     priority_ms_per_token: Seconds = DEFAULT_PRIORITY_MS_PER_TOKEN
-    refill_wait_ms: Seconds = DEFAULT_REFILL_WAIT_MS
+    refill_wait_ms: Annotated[float, Field(ge=0, le=MAX_REFILL_WAIT_MS)] = DEFAULT_REFILL_WAIT_MS
     payload_limit: PositiveInt = DEFAULT_PAYLOAD_LIMIT
     auto_truncate: bool = False
     api_key: Annotated[str, Field(min_length=1)] | None = None

@@ -34,9 +34,10 @@ many as the budget allows (:class:`bertonnx.batching.BatchLimits`: padded tokens
 of the oldest ``max_batch_requests`` queued requests only (1: one request per run, batching across
 requests off; the serving benchmark's baseline).
 
-Refill: when a run ends with fewer inputs queued than were queued and running before it (and at most
-``REFILL_MAX_INPUTS`` were), the engine waits up to ``REFILL_WAIT_S`` for the clients it just answered to
-send their next inputs (a closed loop of single-text requests), so the next cut sorts a fuller queue.
+Refill: when a run answers requests (and at most ``REFILL_MAX_INPUTS`` inputs are queued), the engine waits up
+to ``REFILL_WAIT_S`` until as many new requests have arrived: the clients it just answered sending their next
+ones (a closed loop of single-text requests), so the next cut sorts a fuller queue. A run that answers no
+request (the rest of a large one still queued) waits for nothing.
 benchmarks/SCHEDULER.md has the replay that chose these rules (padding share and inputs per run of each
 candidate policy).
 
@@ -279,7 +280,8 @@ class Scheduler:
         self.max_queue_wait = max_queue_wait
         self.priority_per_token = priority_per_token
         self.refill_wait_s = refill_wait_s
-        self._refill: tuple[float, int] = (0.0, 0)  # (until, inputs expected) after the last run
+        self._refill: tuple[float, int] = (0.0, 0)  # (until, arrivals to wait for) after the last run
+        self._arrivals = 0  # requests submitted so far
         self.metrics = metrics
         self._queue: list[Entry] = []
         self._wakeup = asyncio.Event()
@@ -341,6 +343,7 @@ class Scheduler:
         ticket = Ticket(future=loop.create_future(), count=len(works), deadline=deadline, protected=protected)
         # one place for all of a request's inputs
         self._queue.extend(Entry(work, ticket, position, now, key) for position, work in enumerate(works))
+        self._arrivals += 1
         self._set_depth()
         self._wakeup.set()
         return ticket
@@ -472,12 +475,13 @@ class Scheduler:
         return oldest_requests([entry.ticket for entry in self._queue], self.max_batch_requests)
 
     async def _await_refill(self) -> None:
-        """After a run: wait up to ``refill_wait_s`` while fewer inputs are queued than before it (for a queue of
-        at most ``REFILL_MAX_INPUTS``)."""
-        until, expected = self._refill
-        if expected > REFILL_MAX_INPUTS:
+        """After a run that answered requests: wait up to ``refill_wait_s`` until as many new requests have arrived
+        (the clients it answered sending their next ones), for a queue of at most ``REFILL_MAX_INPUTS`` inputs. A
+        run that finished no request (the rest of a request still queued) waits for nothing."""
+        until, target = self._refill
+        if len(self._queue) > REFILL_MAX_INPUTS:
             return
-        while self._queue and len(self._queue) < expected:
+        while self._queue and self._arrivals < target:
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return
@@ -545,10 +549,10 @@ class Scheduler:
                 self._running = []
             ended = time.monotonic()
             elapsed = ended - started
-            self._refill = (ended + self.refill_wait_s, len(self._queue) + len(batch))
             self._recent.append((len(batch), elapsed))
             self.cost.observe(sum(entry.length for entry in batch), elapsed)
             self._record(batch, started, elapsed)
+            answered = 0
             for entry, answer in zip(batch, answers, strict=True):
                 ticket = entry.ticket
                 if ticket.future.done():
@@ -557,6 +561,8 @@ class Scheduler:
                 ticket.remaining -= 1
                 if ticket.remaining == 0:
                     ticket.future.set_result(ticket.results)
+                    answered += 1
+            self._refill = (ended + self.refill_wait_s, self._arrivals + answered)
 
     def _record(self, batch: list[Entry], started: float, elapsed: float) -> None:
         if self.metrics is None:
