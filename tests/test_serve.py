@@ -549,7 +549,9 @@ def test_429_with_retry_after_when_the_queue_is_full(held: Server) -> None:
         first = pool.submit(httpx.post, f"{held.url}/embed", json={"inputs": ["a", "b", "c"]}, timeout=30)
         held.wait_for(lambda: held.metric("bertonnx_queue_depth") == 3, "3 queued inputs")
         refused = client.post("/embed", json={"inputs": ["d", "e"]})
-        body = check_error(refused, 429, "overloaded", "the queue is full (3 inputs waiting, max_queue 4)")
+        body = check_error(
+            refused, 429, "overloaded", "the queue is full (3 inputs waiting and 2 in this request, max_queue 4)"
+        )
         assert int(refused.headers["retry-after"]) >= 1
         assert f"retry after {refused.headers['retry-after']} s" in body["error"]
         # refused before it is tokenized: an input that tokenization would refuse (422) gets the 429

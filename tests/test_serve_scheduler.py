@@ -280,7 +280,7 @@ def test_a_full_queue_refuses_with_retry_after_from_recent_throughput() -> None:
         scheduler = Scheduler(Recorder(), BatchLimits(), max_queue=4, batch_wait_s=5.0)
         scheduler.start()
         scheduler.submit([work(3)] * 3, deadline=1e12)
-        with pytest.raises(QueueFull, match=r"3 inputs waiting, max_queue 4") as full:
+        with pytest.raises(QueueFull, match=r"3 inputs waiting and 2 in this request, max_queue 4") as full:
             scheduler.submit([work(3)] * 2, deadline=1e12)
         assert full.value.retry_after == 1  # nothing has run yet
         scheduler._recent.extend([(10, 2.0), (10, 2.0)])  # 5 inputs/s measured
@@ -305,7 +305,7 @@ def test_a_request_past_max_queue_wait_is_refused_by_the_work_queued() -> None:
         scheduler.cost.observe(1500, 1.0)
         assert scheduler.queued_seconds(200) == pytest.approx(0.5)  # 300 queued + 200
         scheduler.submit([work(100)] * 10, deadline=1e12)  # 1300 tokens: 1.3 s, within 2 s
-        with pytest.raises(QueueFull, match=r"about 2 s of work queued with this request, max_queue_wait 2 s"):
+        with pytest.raises(QueueFull, match=r"about 2\.1 s of work queued with this request, max_queue_wait 2 s"):
             scheduler.submit([work(400), work(400)], deadline=1e12)  # 2.1 s
         with pytest.raises(QueueFull) as full:
             scheduler.submit([work(500)] * 8, deadline=1e12)  # 5.3 s: retry once 3.3 s have drained
@@ -528,7 +528,7 @@ def test_a_short_request_overtakes_queued_long_work_and_nothing_starves() -> Non
         assert refused["short"] == 0  # room in the queue: taken, and placed ahead of the long ones
         assert refused["long"] > 0  # the whole queue counts: the long ones past 1 s of queued work were refused
         assert len(done_at["long"]) + refused["long"] == 320  # every long one answered or refused
-        assert max(done_at["short"]) < 0.3 < max(done_at["long"])  # the shorts did not wait for the long queue
+        assert max(done_at["short"]) < 0.5 < max(done_at["long"])  # the shorts did not wait for the long queue
         assert max(done_at["long"]) < 5.0  # within the deadline
 
     run(scenario())

@@ -159,6 +159,11 @@ def select_batch(
     return order[lo : hi + 1]
 
 
+def _seconds(value: float) -> str:
+    """Seconds for a message: whole above 10, else two significant digits (0.05 s is not "0 s")."""
+    return f"{value:.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
 def priority_key(enqueued: float, length: int, per_token: float = PRIORITY_SECONDS_PER_TOKEN) -> float:
     """A request's place in the queue's order (least first; all its inputs share it): ``enqueued + per_token ×
     length`` seconds.
@@ -380,7 +385,12 @@ class Scheduler:
         if deadline is not None:  # never placed later than its own protected time
             key = min(key, now + PROTECTED_SHARE * max(0.0, deadline - now))
         if self.queued + inputs > self.max_queue:
-            raise QueueFull(self.queued, self.max_queue, self.retry_after(inputs))
+            raise QueueFull(
+                self.queued,
+                self.max_queue,
+                self.retry_after(inputs),
+                f"{self.queued} inputs waiting and {inputs} in this request, max_queue {self.max_queue}",
+            )
         per_token = self.cost.seconds_per_token()
         if not self._queue or per_token is None:
             return key
@@ -399,8 +409,8 @@ class Scheduler:
                         self.max_queue,
                         max(1, math.ceil(done * per_token)),  # once that request has been answered
                         "taking this request ahead of the queued ones would make one of them miss its timeout "
-                        f"(about {done * per_token:.0f} s of work before it ends, "
-                        f"{entry.ticket.protected - now:.0f} s left)",
+                        f"(about {_seconds(done * per_token)} s of work before it ends, "
+                        f"{_seconds(entry.ticket.protected - now)} s left)",
                     )
         wait = (computing + sum(entry.length for entry in queue if entry.key <= key) + tokens) * per_token
         backlog = (computing + sum(entry.length for entry in queue) + tokens) * per_token
@@ -409,14 +419,16 @@ class Scheduler:
                 self.queued,
                 self.max_queue,
                 max(1, math.ceil(backlog - self.max_queue_wait)),  # until that much of the queue has drained
-                f"about {backlog:.0f} s of work queued with this request, max_queue_wait {self.max_queue_wait:g} s",
+                f"about {_seconds(backlog)} s of work queued with this request, "
+                f"max_queue_wait {self.max_queue_wait:g} s",
             )
         if deadline is not None and now + wait > deadline:
             raise QueueFull(
                 self.queued,
                 self.max_queue,
                 max(1, math.ceil(now + wait - deadline)),
-                f"about {wait:.0f} s of work queued with this request, more than the {max(0.0, deadline - now):.0f} s "
+                f"about {_seconds(wait)} s of work queued with this request, more than the "
+                f"{_seconds(max(0.0, deadline - now))} s "
                 "left before its timeout",
             )
         return key
