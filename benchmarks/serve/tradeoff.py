@@ -35,13 +35,14 @@ from bertonnx.serve.engine import Work
 from bertonnx.serve.scheduler import QueueFull, Scheduler
 from bertonnx.tasks import Embed
 
+from .cli import recovery_seconds
+from .stats import DONE, SCHEDULED, STATUS
 from .workload import build_requests
 
 #: Phases of the overload test as (fraction of capacity, seconds): SERVING.md's plan.
 PHASES = ((0.5, 15.0), (4.0, 30.0), (0.5, 30.0))
 PROBE_EVERY_S = 0.5
 PROBE_TOKENS = 12
-RECOVERY_RUN = 5
 TIMEOUT_S = 60.0
 CLOSED = (32, 160)
 
@@ -138,14 +139,14 @@ async def overload(
     overload_end = PHASES[0][1] + PHASES[1][1]
     normal = sorted(latency for at, latency in probes if at < before_end and latency is not None)
     normal_s = float(np.percentile(normal, 99)) if normal else None
-    after = sorted((at, latency) for at, latency in probes if at >= overload_end)
-    recovery = None
-    if normal_s is not None:
-        ok = [latency is not None and latency <= normal_s for _, latency in after]
-        for i in range(len(ok) - RECOVERY_RUN + 1):
-            if all(ok[i : i + RECOVERY_RUN]):
-                recovery = after[i][0] - overload_end
-                break
+    # the serving benchmark's own rule, on records shaped as its generator writes them
+    records = []
+    for at, latency in sorted(p for p in probes if p[0] >= overload_end):
+        record: list[Any] = [None] * 8
+        record[SCHEDULED], record[DONE] = at, at + (latency or 0.0)
+        record[STATUS] = 200 if latency is not None else 429
+        records.append(record)
+    recovery = recovery_seconds(records, overload_end, None if normal_s is None else normal_s * 1000)
     return {**counts, "normal_probe_s": normal_s, "recovery_s": recovery}
 
 

@@ -394,11 +394,11 @@ class Scheduler:
         per_token = self.cost.seconds_per_token()
         if not self._queue or per_token is None:
             return key
-        queue = sorted(self._queue, key=lambda e: e.key)
+        queue = self._queue
         computing = sum(entry.length for entry in self._running)
         if not lower_bound:
             done = computing + tokens  # tokens computed before each queued input ends, with this request ahead of it
-            for entry in queue:
+            for entry in sorted(queue, key=lambda e: e.key):
                 done += entry.length
                 # only a request this one makes late: one already late without it is first in the order anyway
                 # (its key is at most its protected time), and refusing everything while it ends helps nobody
