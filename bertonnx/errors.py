@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from .table import FAMILIES, TASKS
+
 __all__ = [
     "EngineError",
     "HeadMissingError",
@@ -34,24 +36,6 @@ __all__ = [
 
 class ModelDirectoryError(ValueError):
     """The model directory is missing, is not a bertonnx export, or a file in it is missing or corrupt."""
-
-
-#: Per task: the head it needs, and which checkpoints have one (the fix :class:`HeadMissingError` names).
-TASK_HEADS = {
-    "nsp": ("NSP head", "a BertForPreTraining or BertForNextSentencePrediction checkpoint"),
-    "classify": ("classification head", "a BertForSequenceClassification checkpoint"),
-    "rerank": (
-        "one-logit cross-encoder head",
-        "a BertForSequenceClassification checkpoint with num_labels=1 (a cross-encoder)",
-    ),
-    "fill_mask": ("MLM head", "a BertForPreTraining or BertForMaskedLM checkpoint"),
-    "tag": ("token-classification head", "a BertForTokenClassification checkpoint"),
-    "answer": ("question-answering head", "a BertForQuestionAnswering checkpoint"),
-    "embed": (
-        "pooler",
-        "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
-    ),
-}
 
 
 class HeadMissingError(ValueError):
@@ -78,7 +62,10 @@ class HeadMissingError(ValueError):
         cls, task: str, architecture: str, tasks: tuple[str, ...], num_labels: int | None = None
     ) -> HeadMissingError:
         """The error for ``task`` asked of an export of ``architecture`` offering ``tasks``."""
-        head, fix = TASK_HEADS.get(task, (f"head for {task}", "a checkpoint with that head"))
+        row = TASKS.get(task)
+        prefix = next((f.prefix for f in FAMILIES.values() if architecture.startswith(f.prefix)), "Bert")
+        head = row.what if row is not None else f"head for {task}"
+        fix = row.fix(prefix) if row is not None else "a checkpoint with that head"
         what = f"{architecture} with {num_labels} labels" if num_labels is not None else architecture
         return cls(
             f"this export has no {head}; it was exported from {what} and offers {', '.join(tasks) or 'no task'}. "

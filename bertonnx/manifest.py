@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelDirectoryError, VariantMissingError
+from .table import OUTPUTS
 
 __all__ = [
     "BF16_PRECISION",
@@ -78,23 +79,12 @@ BF16_PRECISION = "bf16"
 EXTERNAL_DATA_SUFFIX = ".data"
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
-#: Every output name an export's graph may give (which ones: ``Manifest.graph_outputs``), all float32:
-#: ``last_hidden_state`` [b, t, hidden] (every export); ``pooler_output`` [b, hidden] (architectures with a
-#: pooler); ``nsp_logits`` [b, 2] (pre-training, next-sentence prediction); ``logits`` [b, num_labels]
-#: (sequence classification); ``token_logits`` [b, t, num_labels] (token classification);
-#: ``start_logits``, ``end_logits`` [b, t] (question answering).
-GRAPH_OUTPUT_NAMES = (
-    "last_hidden_state",
-    "pooler_output",
-    "nsp_logits",
-    "logits",
-    "token_logits",
-    "start_logits",
-    "end_logits",
-)
+#: Every output name an export's graph may give (which ones: ``Manifest.graph_outputs``), all float32; their
+#: axes and meaning: :data:`bertonnx.table.OUTPUTS`.
+GRAPH_OUTPUT_NAMES = tuple(OUTPUTS)
 #: The outputs with a value per token (``[b, t, ...]``): an input's row is cut to its own tokens, so its
 #: answer never depends on the padding of the batch it ran in.
-PER_TOKEN_OUTPUTS = ("last_hidden_state", "token_logits", "start_logits", "end_logits")
+PER_TOKEN_OUTPUTS = tuple(name for name, output in OUTPUTS.items() if output.per_token)
 #: The outputs of a ``BertForPreTraining`` export's main graph (the only graph exports before the task
 #: block gave).
 OUTPUT_NAMES = ("last_hidden_state", "pooler_output", "nsp_logits")

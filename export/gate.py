@@ -94,6 +94,8 @@ INT8_THRESHOLDS = {
     "span_end_agreement": 0.9,
     "mlm_top1_agreement": 0.9,
     "mlm_top5_agreement": 0.8,
+    "choice_probability_max_abs": 0.05,
+    "choice_agreement": 0.9,
 }
 #: bf16 (OpenVINO) thresholds. Measured on these gate inputs (hidden / pooler min cosine, NSP probability
 #: error): seeded bert-base 0.99998 / 0.99997 / 0.0012; real MiniLM weights 0.99992 / 0.99998 / 0.00008.
@@ -110,6 +112,8 @@ BF16_THRESHOLDS = {
     "span_end_agreement": 0.95,
     "mlm_top1_agreement": 0.95,
     "mlm_top5_agreement": 0.9,
+    "choice_probability_max_abs": 0.01,
+    "choice_agreement": 0.95,
 }
 #: Variants judged by cosines and task-level measures instead of ``EXACT_MAX_ABS``.
 LOSSY_THRESHOLDS = {"int8": INT8_THRESHOLDS, "bf16": BF16_THRESHOLDS}
@@ -124,6 +128,8 @@ MEASURE_OUTPUTS = {
     "span_end_agreement": "end_logits",
     "mlm_top1_agreement": MLM_HEAD_OUTPUT,
     "mlm_top5_agreement": MLM_HEAD_OUTPUT,
+    "choice_probability_max_abs": "choice_logits",
+    "choice_agreement": "choice_logits",
 }
 #: Every output the gate compares, in report order: the main graph's, then the MLM head's.
 COMPARED_OUTPUTS = (*GRAPH_OUTPUT_NAMES, MLM_HEAD_OUTPUT)
@@ -208,6 +214,8 @@ def _class_outputs(model: Any, out: Any) -> dict[str, torch.Tensor]:
         found["token_logits"] = out.logits
     elif architecture == "BertForQuestionAnswering":
         found["start_logits"], found["end_logits"] = out.start_logits, out.end_logits
+    elif architecture == "BertForMultipleChoice":  # the case's rows are the choices of one question
+        found["choice_logits"] = out.logits.reshape(-1)
     return found
 
 
@@ -227,6 +235,8 @@ def reference_outputs(model: Any, cases: list[Case]) -> list[dict[str, np.ndarra
     with torch.inference_mode():
         for case in cases:
             feeds = {k: torch.from_numpy(v) for k, v in case.feeds.items()}
+            if "choice_logits" in row.outputs:  # [choices, t] -> one question with those choices
+                feeds = {k: v[None] for k, v in feeds.items()}
             out = net(**feeds, output_hidden_states=True, return_dict=True)
             found = _class_outputs(net, out)
             result = {name: found[name].float().numpy() for name in row.outputs}
@@ -382,6 +392,10 @@ def _task_measures(
     elif name == "token_logits":
         (rv,), (gv,) = _valid(name, case, r), _valid(name, case, g)
         tally.agree("token_tag_agreement", _top1_agrees(rv, gv))
+    elif name == "choice_logits":
+        rp, gp = _softmax(r[None]), _softmax(g[None])
+        tally.most("choice_probability_max_abs", float(np.max(np.abs(rp - gp))))
+        tally.agree("choice_agreement", _top1_agrees(r[None], g[None]))
     elif name in POSITION_OUTPUTS:
         key = "span_start_agreement" if name == "start_logits" else "span_end_agreement"
         for rv, gv in zip(_valid(name, case, r), _valid(name, case, g), strict=True):

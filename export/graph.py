@@ -39,6 +39,7 @@ OUTPUT_AXES: dict[str, dict[int, str]] = {
     "token_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     "start_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     "end_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
+    "choice_logits": {0: BATCH_AXIS},
 }
 
 
@@ -84,6 +85,8 @@ class BertWithHeads(torch.nn.Module):
             result["logits"] = model.classifier(out.pooler_output)  # dropout is the identity in eval mode
         if "token_logits" in self.row.outputs:
             result["token_logits"] = model.classifier(hidden)
+        if "choice_logits" in self.row.outputs:  # one (context, choice) pair per row: its one logit
+            result["choice_logits"] = model.classifier(out.pooler_output).squeeze(-1)
         if "start_logits" in self.row.outputs:
             start, end = model.qa_outputs(hidden).split(1, dim=-1)
             result["start_logits"] = start.squeeze(-1)

@@ -1,11 +1,10 @@
-"""The one table of exportable BERT architectures: class, graph outputs, runtime tasks and gate measures.
+"""The export's view of the model table: each exportable class, its graph outputs, runtime tasks and gate measures.
 
-A checkpoint's ``config.architectures`` picks the row; ``--task`` picks another (e.g. ``feature-extraction``
-exports only the encoder of a classifier). Each row names the heads it carries, by the parameter prefixes
-they have in the transformers class, so the export can say which are trained and which would have to be
-seeded; its graph outputs are those of :data:`bertonnx.manifest.GRAPH_OUTPUT_NAMES`; the MLM head, when a
-row has one, is a second graph (:data:`bertonnx.manifest.MLM_HEAD_FILE`). Adding a head is one row here,
-one task in the runtime and its routes.
+The rows come from :mod:`bertonnx.table` (one row per family and architecture kind); this module adds what only
+the export needs: the parameter-name prefixes of each head (so the export can say which heads are trained and
+which would have to be seeded) and the parity gate's measures in task terms. A checkpoint's
+``config.architectures`` picks the row; ``--task`` picks another (e.g. ``feature-extraction`` exports only the
+encoder of a classifier). The MLM head, when a row has one, is a second graph (:data:`bertonnx.manifest.MLM_HEAD_FILE`).
 
 This module imports neither torch nor transformers (the command line reads it for ``--task``'s choices).
 """
@@ -14,12 +13,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertonnx.table import ARCHITECTURES as KINDS
+from bertonnx.table import FAMILIES, Architecture, Family
+
 from .errors import ExportError
 
-__all__ = ["ARCHITECTURES", "HEAD_PREFIXES", "ROWS", "TASK_ALIASES", "HeadRow", "row_for", "row_for_config"]
+__all__ = [
+    "ARCHITECTURES",
+    "HEAD_PREFIXES",
+    "ROWS",
+    "TASK_ALIASES",
+    "HeadRow",
+    "head_prefixes",
+    "row_for",
+    "row_for_config",
+]
 
-#: Parameter-name prefixes of each head, per class layout: the base model is ``bert.`` in every class but
-#: ``BertModel``, where it is the model itself.
+#: Parameter-name prefixes of each head in BERT's classes: the base model is ``bert.`` in every class but
+#: ``BertModel``, where it is the model itself (see :func:`head_prefixes` for other families).
 HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
     "pooler": ("bert.pooler.", "pooler."),
     "nsp": ("cls.seq_relationship.",),
@@ -27,21 +38,42 @@ HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
     "classifier": ("classifier.",),
     "token_classifier": ("classifier.",),
     "qa": ("qa_outputs.",),
+    "choice": ("classifier.",),
+}
+
+
+def head_prefixes(family: Family) -> dict[str, tuple[str, ...]]:
+    """Parameter-name prefixes of each head in ``family``'s classes."""
+    return HEAD_PREFIXES
+
+
+#: The parity gate's measures per output, in task terms (recorded in the manifest and the log).
+GATE_MEASURES: dict[str, str] = {
+    "last_hidden_state": "last_hidden_state max abs / cosine on valid tokens",
+    "pooler_output": "pooler_output max abs / cosine",
+    "nsp_logits": "nsp_logits max abs; P(is next) error and argmax agreement",
+    "logits": "logits max abs; scores (softmax, sigmoid or identity by problem type) error and label agreement",
+    "token_logits": "token_logits max abs on valid tokens; tag (argmax) agreement per token",
+    "start_logits": "start_logits, end_logits max abs on valid tokens; start and end argmax agreement",
+    "choice_logits": "choice_logits max abs; choice probabilities error and argmax agreement",
+    "mlm_logits": "mlm_logits at [MASK] positions max abs; top-1 and top-5 token agreement",
 }
 
 
 @dataclass(frozen=True)
 class HeadRow:
-    """One exportable architecture.
+    """One exportable class: a family's architecture kind.
 
     Attributes:
         architecture: the transformers class name (``config.architectures[0]``).
         task_name: the ``--task`` name (pipeline task names where transformers has one).
-        heads: heads beside the encoder, as keys of :data:`HEAD_PREFIXES` (``mlm`` is a second graph).
-        outputs: the main graph's outputs, in order (names from ``bertonnx.manifest``).
+        heads: heads beside the encoder, as keys of :data:`bertonnx.table.HEADS` (``mlm`` is a second graph).
+        outputs: the main graph's outputs, in order (names from :data:`bertonnx.table.OUTPUTS`).
         tasks: runtime tasks the export offers (``rerank`` only when the classifier has one label).
         labelled: the row carries ``num_labels`` / ``id2label`` (a classification head).
         gate: the parity gate's measures in task terms, as text for the manifest and the log.
+        family: the family row.
+        kind: the architecture kind.
     """
 
     architecture: str
@@ -51,6 +83,8 @@ class HeadRow:
     tasks: tuple[str, ...]
     labelled: bool
     gate: tuple[str, ...]
+    family: Family
+    kind: Architecture
 
     @property
     def has_mlm(self) -> bool:
@@ -59,121 +93,78 @@ class HeadRow:
 
     def runtime_tasks(self, num_labels: int | None) -> list[str]:
         """The tasks of an export of this row; a one-label classifier is also a reranker."""
-        tasks = list(self.tasks)
-        if "classify" in tasks and num_labels == 1:
-            tasks.append("rerank")
-        return tasks
+        return self.kind.runtime_tasks(num_labels)
 
 
-_HIDDEN = ("last_hidden_state max abs / cosine on valid tokens",)
-_POOLER = ("pooler_output max abs / cosine",)
-_NSP = ("nsp_logits max abs; P(is next) error and argmax agreement",)
-_MLM = ("mlm_logits at [MASK] positions max abs; top-1 and top-5 token agreement",)
-ROWS: tuple[HeadRow, ...] = (
-    HeadRow(
-        "BertModel",
-        "feature-extraction",
-        ("pooler",),
-        ("last_hidden_state", "pooler_output"),
-        ("embed",),
-        False,
-        _HIDDEN + _POOLER,
-    ),
-    HeadRow(
-        "BertForPreTraining",
-        "pretraining",
-        ("pooler", "nsp", "mlm"),
-        ("last_hidden_state", "pooler_output", "nsp_logits"),
-        ("embed", "nsp", "fill_mask"),
-        False,
-        _HIDDEN + _POOLER + _NSP + _MLM,
-    ),
-    HeadRow(
-        "BertForMaskedLM",
-        "fill-mask",
-        ("mlm",),
-        ("last_hidden_state",),
-        ("embed", "fill_mask"),
-        False,
-        _HIDDEN + _MLM,
-    ),
-    HeadRow(
-        "BertForNextSentencePrediction",
-        "next-sentence-prediction",
-        ("pooler", "nsp"),
-        ("last_hidden_state", "pooler_output", "nsp_logits"),
-        ("embed", "nsp"),
-        False,
-        _HIDDEN + _POOLER + _NSP,
-    ),
-    HeadRow(
-        "BertForSequenceClassification",
-        "text-classification",
-        ("pooler", "classifier"),
-        ("last_hidden_state", "pooler_output", "logits"),
-        ("embed", "classify"),
-        True,
-        _HIDDEN
-        + _POOLER
-        + ("logits max abs; scores (softmax, sigmoid or identity by problem type) error and label agreement",),
-    ),
-    HeadRow(
-        "BertForTokenClassification",
-        "token-classification",
-        ("token_classifier",),
-        ("last_hidden_state", "token_logits"),
-        ("embed", "tag"),
-        True,
-        (*_HIDDEN, "token_logits max abs on valid tokens; tag (argmax) agreement per token"),
-    ),
-    HeadRow(
-        "BertForQuestionAnswering",
-        "question-answering",
-        ("qa",),
-        ("last_hidden_state", "start_logits", "end_logits"),
-        ("embed", "answer"),
-        False,
-        (*_HIDDEN, "start_logits, end_logits max abs on valid tokens; start and end argmax agreement"),
-    ),
+def _row(family: Family, kind: Architecture) -> HeadRow:
+    heads = tuple(h for h in kind.heads if h != "pooler" or family.pooler)
+    outputs = kind.outputs(pooler=family.pooler)
+    measures = [GATE_MEASURES[name] for name in outputs if name in GATE_MEASURES]
+    if "mlm" in heads:
+        measures.append(GATE_MEASURES["mlm_logits"])
+    return HeadRow(
+        family.class_name(kind.suffix),
+        kind.task_name,
+        heads,
+        outputs,
+        kind.tasks,
+        kind.labelled,
+        tuple(measures),
+        family,
+        kind,
+    )
+
+
+ROWS: tuple[HeadRow, ...] = tuple(
+    _row(family, KINDS[suffix]) for family in FAMILIES.values() for suffix in family.architectures
 )
 ARCHITECTURES: dict[str, HeadRow] = {row.architecture: row for row in ROWS}
-#: ``--task`` names: each row's task name, and the architecture names themselves.
+#: ``--task`` names: each BERT row's task name, and every class name.
 TASK_ALIASES: dict[str, HeadRow] = {
-    **{row.task_name: row for row in ROWS},
+    **{row.task_name: row for row in ROWS if row.family.model_type == "bert"},
     **{row.architecture: row for row in ROWS},
 }
 
 
-def row_for(task: str) -> HeadRow:
-    """The row a ``--task`` value names (a task name such as ``text-classification`` or a class name).
+def rows_of(family: Family) -> dict[str, HeadRow]:
+    """``--task`` names of one family: task names and class names."""
+    rows = [row for row in ROWS if row.family is family]
+    return {**{row.task_name: row for row in rows}, **{row.architecture: row for row in rows}}
+
+
+def row_for(task: str, family: Family | None = None) -> HeadRow:
+    """The row a ``--task`` value names (a task name such as ``text-classification`` or a class name), in
+    ``family`` (default BERT) for a task name.
 
     Raises:
         ExportError: unknown name; the message lists the choices.
     """
+    aliases = rows_of(family) if family is not None else TASK_ALIASES
     try:
-        return TASK_ALIASES[task]
+        return aliases[task]
     except KeyError:
-        choices = ", ".join(row.task_name for row in ROWS)
+        choices = ", ".join(dict.fromkeys(row.task_name for row in ROWS))
         raise ExportError(
             f"--task must be one of {choices} (or a class name such as BertForSequenceClassification), got {task!r}"
         ) from None
 
 
-def row_for_config(architectures: list[str] | None, where: str) -> HeadRow:
+def row_for_config(architectures: list[str] | None, where: str, family: Family | None = None) -> HeadRow:
     """The row for a checkpoint's ``config.architectures``.
 
-    A config without ``architectures`` (older or hand-written ones) reads as ``BertModel``: the encoder,
-    with its pooler if the weights have one, and no head invented.
+    A config without ``architectures`` (older or hand-written ones) reads as the family's base model: the
+    encoder, with its pooler if the weights have one, and no head invented.
 
     Raises:
-        ExportError: the config names no BERT class bertonnx exports; the message says how to pick one.
+        ExportError: the config names no class bertonnx exports; the message says how to pick one.
     """
+    family = family or FAMILIES["bert"]
     if not architectures:
-        return ARCHITECTURES["BertModel"]
+        return ARCHITECTURES[family.class_name("Model")]
     for name in architectures:
         if name in ARCHITECTURES:
             return ARCHITECTURES[name]
-    known = ", ".join(ARCHITECTURES)
+    known = ", ".join(row.architecture for row in ROWS if row.family is family)
     raise ExportError(
         f"{where} names architectures {architectures}; bertonnx exports {known}. Pass --task to export the "
         "checkpoint as one of them (e.g. --task feature-extraction for the encoder alone)."

@@ -47,6 +47,9 @@ INIT_STD_FALLBACK = 0.02
 #: The architecture of the published weights of the built-in models: bert-base-uncased's checkpoint holds
 #: the pooler, NSP and MLM heads although its config.json says ``BertForMaskedLM``.
 BUILTIN_ARCHITECTURE = "BertForPreTraining"
+#: Heads whose parameters are named ``classifier.`` alike (a sequence, token or multiple-choice classifier): the
+#: weights alone cannot tell them apart.
+CLASSIFIER_HEADS = ("token_classifier", "choice")
 #: Prefix of the base model's parameters in every class but ``BertModel``.
 ENCODER_PREFIX = "bert."
 
@@ -293,12 +296,12 @@ def _head_kinds(names: list[str]) -> set[str]:
     found = set()
     for head, prefixes in HEAD_PREFIXES.items():
         if any(name.startswith(prefixes) for name in names):
-            found.add("classifier" if head == "token_classifier" else head)
+            found.add("classifier" if head in CLASSIFIER_HEADS else head)
     return found
 
 
 def _row_kinds(row: HeadRow) -> set[str]:
-    return {"classifier" if h == "token_classifier" else h for h in row.heads}
+    return {"classifier" if h in CLASSIFIER_HEADS else h for h in row.heads}
 
 
 def _choose_row(directory: Path, config: BertConfig, weights_file: Path | None, forced: HeadRow | None) -> HeadRow:

@@ -1,0 +1,310 @@
+"""The model table: the one place a graph output, a head, an architecture, a family and a task are described.
+
+The export reads it to decide what to export and writes its answers into the manifest; the runtime, ``inspect``,
+``/info``, KServe's model metadata, the errors, the command line and the corpus job read them back from here.
+Adding a head is one :class:`Head` and one :class:`Architecture` row plus one task module; adding a family is
+one :class:`Family` row plus what its graph genuinely needs (a fusion or int8 hook in the export).
+
+Four tables, all plain data (no torch, no onnxruntime):
+
+- :data:`OUTPUTS`: every graph output an export may give, its axes (``batch``, ``tokens``, ``hidden``,
+  ``labels``, or a fixed size) and whether it has a value per token (then each input's row is cut to its own
+  tokens, so an answer never depends on the padding of the batch it ran in);
+- :data:`HEADS`: every head beside the encoder, the outputs it adds and the tasks it serves;
+- :data:`ARCHITECTURES`: each transformers class kind by its suffix (``ForSequenceClassification`` ...), the
+  heads it carries, its graph outputs in order and the ``--task`` name that picks it;
+- :data:`FAMILIES`: each encoder family by ``config.model_type``: its class prefix, graph inputs, pooler and
+  the architectures transformers has for it;
+
+and :data:`TASKS`, every runtime task with the head it needs (:mod:`bertonnx.tasks` holds their steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ARCHITECTURES",
+    "FAMILIES",
+    "HEADS",
+    "OUTPUTS",
+    "TASKS",
+    "Architecture",
+    "Family",
+    "Head",
+    "Output",
+    "TaskRow",
+    "architecture_of",
+    "family_of",
+    "output_shape",
+]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One graph output (all float32).
+
+    Attributes:
+        name: the output's name in every export's graph.
+        axes: each axis: ``batch``, ``tokens``, ``hidden``, ``labels`` (the head's labels), or a fixed size.
+        per_token: it has a value per token (its first two axes are batch and tokens).
+        description: what it holds.
+    """
+
+    name: str
+    axes: tuple[str | int, ...]
+    per_token: bool
+    description: str
+
+
+OUTPUTS: Mapping[str, Output] = {
+    output.name: output
+    for output in (
+        Output("last_hidden_state", ("batch", "tokens", "hidden"), True, "the encoder's last layer, per token"),
+        Output("pooler_output", ("batch", "hidden"), False, "the trained pooler (tanh dense) on the first token"),
+        Output("nsp_logits", ("batch", 2), False, "next-sentence prediction logits; index 0 is 'B follows A'"),
+        Output("logits", ("batch", "labels"), False, "sequence-classification logits, in id2label order"),
+        Output("token_logits", ("batch", "tokens", "labels"), True, "token-classification logits per token"),
+        Output("start_logits", ("batch", "tokens"), True, "question answering: answer-start logit per token"),
+        Output("end_logits", ("batch", "tokens"), True, "question answering: answer-end logit per token"),
+        Output("choice_logits", ("batch",), False, "multiple choice: one logit per (context, choice) pair"),
+    )
+}
+
+
+def output_shape(name: str, *, hidden_size: int, num_labels: int | None) -> list[int]:
+    """An output's shape with ``-1`` for every dynamic axis (KServe's model metadata, ``inspect``).
+
+    Raises:
+        KeyError: ``name`` is not in :data:`OUTPUTS`.
+    """
+    sizes = {"batch": -1, "tokens": -1, "hidden": hidden_size, "labels": -1 if num_labels is None else num_labels}
+    return [axis if isinstance(axis, int) else sizes[axis] for axis in OUTPUTS[name].axes]
+
+
+@dataclass(frozen=True)
+class Head:
+    """A head beside the encoder.
+
+    Attributes:
+        name: ``pooler``, ``nsp``, ``mlm``, ``classifier``, ``token_classifier``, ``qa`` or ``choice``.
+        outputs: the main-graph outputs it adds (the MLM head is a second graph, run on ``[MASK]`` states only).
+        what: how errors name it ("NSP head").
+    """
+
+    name: str
+    outputs: tuple[str, ...]
+    what: str
+
+
+HEADS: Mapping[str, Head] = {
+    head.name: head
+    for head in (
+        Head("pooler", ("pooler_output",), "pooler"),
+        Head("nsp", ("nsp_logits",), "NSP head"),
+        Head("mlm", (), "MLM head"),
+        Head("classifier", ("logits",), "classification head"),
+        Head("token_classifier", ("token_logits",), "token-classification head"),
+        Head("qa", ("start_logits", "end_logits"), "question-answering head"),
+        Head("choice", ("choice_logits",), "multiple-choice head"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A transformers class kind, by the suffix after its family's prefix (``Bert`` + ``ForMaskedLM``).
+
+    Attributes:
+        suffix: ``Model``, ``ForPreTraining``, ``ForSequenceClassification`` ...
+        task_name: the export's ``--task`` name (the pipeline's task name where transformers has one).
+        heads: heads beside the encoder (keys of :data:`HEADS`); ``pooler`` only where the family has one.
+        tasks: runtime tasks an export of it offers (``rerank`` is added for a one-label classifier).
+        labelled: it carries ``num_labels`` / ``id2label``.
+    """
+
+    suffix: str
+    task_name: str
+    heads: tuple[str, ...]
+    tasks: tuple[str, ...]
+    labelled: bool = False
+
+    def outputs(self, *, pooler: bool = True) -> tuple[str, ...]:
+        """The main graph's outputs in order: ``last_hidden_state``, then each head's (the pooler's only
+        when ``pooler``: the family has one)."""
+        names = ["last_hidden_state"]
+        for head in self.heads:
+            if head != "pooler" or pooler:
+                names += HEADS[head].outputs
+        return tuple(names)
+
+    def runtime_tasks(self, num_labels: int | None) -> list[str]:
+        """The tasks of an export of this kind; a one-label classifier is also a reranker."""
+        tasks = list(self.tasks)
+        if "classify" in tasks and num_labels == 1:
+            tasks.append("rerank")
+        return tasks
+
+
+ARCHITECTURES: Mapping[str, Architecture] = {
+    row.suffix: row
+    for row in (
+        Architecture("Model", "feature-extraction", ("pooler",), ("embed",)),
+        Architecture("ForPreTraining", "pretraining", ("pooler", "nsp", "mlm"), ("embed", "nsp", "fill_mask")),
+        Architecture("ForMaskedLM", "fill-mask", ("mlm",), ("embed", "fill_mask")),
+        Architecture("ForNextSentencePrediction", "next-sentence-prediction", ("pooler", "nsp"), ("embed", "nsp")),
+        Architecture(
+            "ForSequenceClassification", "text-classification", ("pooler", "classifier"), ("embed", "classify"), True
+        ),
+        Architecture("ForTokenClassification", "token-classification", ("token_classifier",), ("embed", "tag"), True),
+        Architecture("ForQuestionAnswering", "question-answering", ("qa",), ("embed", "answer")),
+        Architecture("ForMultipleChoice", "multiple-choice", ("pooler", "choice"), ("embed", "choose")),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Family:
+    """An encoder family, by ``config.model_type``.
+
+    Attributes:
+        model_type: ``config.model_type`` (``bert``).
+        prefix: its transformers class prefix (``Bert``).
+        inputs: the graph's inputs, in order (no ``token_type_ids`` where the family has no segments).
+        pooler: its base model has a trained pooler.
+        architectures: suffixes of :data:`ARCHITECTURES` transformers has for it.
+    """
+
+    model_type: str
+    prefix: str
+    inputs: tuple[str, ...]
+    pooler: bool
+    architectures: tuple[str, ...]
+
+    def class_name(self, suffix: str) -> str:
+        """The transformers class of an architecture kind in this family (``Bert`` + ``ForMaskedLM``)."""
+        return self.prefix + suffix
+
+
+FAMILIES: Mapping[str, Family] = {
+    family.model_type: family
+    for family in (
+        Family(
+            "bert",
+            "Bert",
+            ("input_ids", "attention_mask", "token_type_ids"),
+            True,
+            tuple(ARCHITECTURES),
+        ),
+    )
+}
+
+
+def family_of(model_type: str) -> Family:
+    """The :data:`FAMILIES` row of ``model_type``.
+
+    Raises:
+        ValueError: an unknown family; the message lists the known ones.
+    """
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise ValueError(
+            f"model_type {model_type!r} is not a family bertonnx runs; expected one of {', '.join(FAMILIES)}"
+        ) from None
+
+
+def architecture_of(class_name: str, families: Sequence[Family] | None = None) -> tuple[Family, Architecture]:
+    """The family and architecture kind of a transformers class name (``BertForMaskedLM``).
+
+    Raises:
+        ValueError: the name is no class of a known family.
+    """
+    for family in families if families is not None else FAMILIES.values():
+        if class_name.startswith(family.prefix):
+            suffix = class_name.removeprefix(family.prefix)
+            if suffix in family.architectures:
+                return family, ARCHITECTURES[suffix]
+    known = ", ".join(f.class_name(s) for f in FAMILIES.values() for s in f.architectures)
+    raise ValueError(f"{class_name} is not a class bertonnx exports; expected one of {known}")
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A runtime task (its steps: :mod:`bertonnx.tasks`).
+
+    Attributes:
+        name: ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``, ``tag``, ``answer``, ``choose`` or
+            ``encode``.
+        head: the head it needs (a key of :data:`HEADS`), or ``None`` (every export).
+        what: how :class:`~bertonnx.errors.HeadMissingError` names what is missing.
+        checkpoints: suffixes of the architectures that have the head, for the error's fix.
+        condition: what else the checkpoint needs, for the error's fix (``with num_labels=1 ...``).
+        summary: one line for help texts.
+    """
+
+    name: str
+    head: str | None
+    what: str
+    checkpoints: tuple[str, ...]
+    condition: str
+    summary: str
+
+    def fix(self, prefix: str) -> str:
+        """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``)."""
+        if not self.checkpoints:
+            return self.condition
+        names = " or ".join(prefix + suffix for suffix in self.checkpoints)
+        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "")
+
+
+TASKS: Mapping[str, TaskRow] = {
+    row.name: row
+    for row in (
+        TaskRow(
+            "embed",
+            None,
+            "pooler",
+            (),
+            "a checkpoint with a pooler (BertModel, BertForPreTraining ...), or pass pooling 'cls' or 'mean',",
+            "one vector per text",
+        ),
+        TaskRow(
+            "nsp",
+            "nsp",
+            "NSP head",
+            ("ForPreTraining", "ForNextSentencePrediction"),
+            "",
+            "probability that sentence B follows sentence A",
+        ),
+        TaskRow(
+            "classify",
+            "classifier",
+            "classification head",
+            ("ForSequenceClassification",),
+            "",
+            "labels of each text or pair",
+        ),
+        TaskRow(
+            "rerank",
+            "classifier",
+            "one-logit cross-encoder head",
+            ("ForSequenceClassification",),
+            "with num_labels=1 (a cross-encoder)",
+            "texts ranked by relevance to a query",
+        ),
+        TaskRow("fill_mask", "mlm", "MLM head", ("ForPreTraining", "ForMaskedLM"), "", "top tokens per mask"),
+        TaskRow(
+            "tag",
+            "token_classifier",
+            "token-classification head",
+            ("ForTokenClassification",),
+            "",
+            "entities with character offsets",
+        ),
+        TaskRow("answer", "qa", "question-answering head", ("ForQuestionAnswering",), "", "extractive answers"),
+        TaskRow("choose", "choice", "multiple-choice head", ("ForMultipleChoice",), "", "the best of several choices"),
+        TaskRow("encode", None, "graph", (), "any checkpoint", "every graph output"),
+    )
+}
