@@ -26,6 +26,7 @@ __all__ = [
     "HeadMissingError",
     "InputTooLongError",
     "ModelDirectoryError",
+    "OptionError",
     "QueueFullError",
     "RandomWeightsWarning",
     "RequestTooLargeError",
@@ -93,25 +94,58 @@ class RandomWeightsWarning(UserWarning):
 
 
 class InputTooLongError(ValueError):
-    """An input has more tokens than the limit and truncation is off.
+    """An input has more tokens than the limit and nothing may cut it.
 
     Attributes:
         index: the input's position in the caller's inputs (from 0).
-        length: its tokens, ``[CLS]`` and ``[SEP]`` included.
+        length: its tokens, ``[CLS]`` and ``[SEP]`` included; ``None`` when only "more than ``max_length``" is
+            known (a very long text is refused without tokenizing all of it).
         max_length: the limit it passed.
+        option: the option that would take it: ``truncation`` (cut it) or ``stride`` (``tag``: windows).
     """
 
-    def __init__(self, index: int, length: int, max_length: int) -> None:
-        super().__init__(
-            f"input {index} has {length} tokens, more than max_length={max_length}. Pass truncation=True to cut "
-            "it (longest sequence first for pairs), or split the text."
-        )
+    def __init__(self, index: int, length: int | None, max_length: int, option: str = "truncation") -> None:
+        count = f"{length} tokens" if length is not None else "more tokens"
+        if option == "stride":
+            message = (
+                f"text {index} has {count}, more than the {max_length} the model takes; pass stride (e.g. "
+                "stride=128) to tag it in overlapping windows, merged as transformers' pipeline merges them"
+            )
+        else:
+            message = (
+                f"input {index} has {count}, more than max_length={max_length}. Pass truncation=True to cut "
+                "it (longest sequence first for pairs), or split the text."
+            )
+        super().__init__(message)
         self.index = index
         self.length = length
         self.max_length = max_length
+        self.option = option
 
-    def __reduce__(self) -> tuple[type[InputTooLongError], tuple[int, int, int]]:
-        return (InputTooLongError, (self.index, self.length, self.max_length))
+    def __reduce__(self) -> tuple[type[InputTooLongError], tuple[int, int | None, int, str]]:
+        return (InputTooLongError, (self.index, self.length, self.max_length, self.option))
+
+
+class OptionError(ValueError):
+    """An option's value is out of range. The message is in Python terms; each edge words it in its own
+    (the command line's flag, the HTTP field) from the attributes.
+
+    Attributes:
+        option: the option's Python name (``stride``, ``max_seq_len`` ...), as :mod:`bertonnx.vocabulary` names it.
+        value: the value given.
+        expected: what it must be (``">= 0 and smaller than 510"``).
+        fix: what to do instead, without naming the option's spelling (``"e.g. 128"``).
+    """
+
+    def __init__(self, option: str, value: object, expected: str, fix: str = "") -> None:
+        super().__init__(f"{option} must be {expected}, got {value!r}" + (f"; {fix}" if fix else ""))
+        self.option = option
+        self.value = value
+        self.expected = expected
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[type[OptionError], tuple[str, object, str, str]]:
+        return (OptionError, (self.option, self.value, self.expected, self.fix))
 
 
 class VariantMissingError(ValueError):
