@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .errors import InputTooLongError, VariantMissingError
+from .errors import InputTooLongError, VariantMissingError, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
 
@@ -187,6 +187,11 @@ def describe_error(exc: BaseException) -> str:
         return (
             f"input {exc.index} has {exc.length} tokens, more than the limit of {exc.max_length}; pass --truncation "
             "to cut it, or split the text"
+        )
+    if isinstance(exc, VariantMissingError) and exc.reason is not None:  # re-exporting would refuse it again
+        return (
+            f"{exc.directory} has no {exc.variant!r} variant ({exc.reason}); it holds {', '.join(exc.available)}. "
+            f"Pick one with --variant, e.g. --variant {preferred_variant(exc.available)}"
         )
     if isinstance(exc, VariantMissingError):
         return (
