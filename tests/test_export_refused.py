@@ -95,14 +95,15 @@ def test_asking_for_the_refused_variant_says_why(refused: tuple[Path, list[str]]
     assert "the export holds fp32" in served.message
 
 
+@pytest.mark.parametrize("command", [["embed", "{dir}", "hello"], ["serve", "{dir}", "--port", "0"]])
 def test_command_with_the_refused_variant_fails_naming_why(
-    refused: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
+    command: list[str], refused: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     outdir, _ = refused
-    assert cli_main(["embed", str(outdir), "hello", "--variant", "int8"]) == EXIT_USAGE
+    assert cli_main([arg.format(dir=outdir) for arg in command] + ["--variant", "int8"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert err.startswith("bertonnx embed: error: ")
+    assert err.startswith(f"bertonnx {command[0]}: error: ")
     assert "has no 'int8' variant" in err
     assert "last_hidden_state_min_cosine = 0.9" in err
     assert "< 2" in err
