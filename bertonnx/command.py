@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .errors import InputTooLongError, OptionError, VariantMissingError
+from .errors import InputTooLongError, OptionError, VariantMissingError, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
 
@@ -198,6 +198,11 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OptionError):
         flag = "--" + exc.option.replace("_", "-")
         return f"{flag} must be {exc.expected}, got {exc.value!r}" + (f"; {exc.fix}" if exc.fix else "")
+    if isinstance(exc, VariantMissingError) and exc.reason is not None:  # re-exporting would refuse it again
+        return (
+            f"{exc.directory} has no {exc.variant!r} variant ({exc.reason}); it holds {', '.join(exc.available)}. "
+            f"Pick one with --variant, e.g. --variant {preferred_variant(exc.available)}"
+        )
     if isinstance(exc, VariantMissingError):
         return (
             f"{exc.directory} has no {exc.variant!r} variant; it holds {', '.join(exc.available)}. Pick one with "

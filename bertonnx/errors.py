@@ -155,19 +155,41 @@ class VariantMissingError(ValueError):
         directory: the model directory.
         variant: the variant asked for.
         available: the variants the directory holds.
+        reason: why the export did not write it, when its manifest says (a lossy variant refused by its
+            parity gate: ``"it failed its parity gate at export: logits_score_max_abs = 0.036 > 0.01"``), else
+            ``None``.
     """
 
-    def __init__(self, directory: str | Path, variant: str, available: Sequence[str]) -> None:
-        super().__init__(
-            f"{directory} has no {variant!r} variant; it holds {', '.join(available)}. Pick one of those, or "
-            f"re-export with `bertonnx export ... --variants {variant}`."
-        )
+    def __init__(
+        self, directory: str | Path, variant: str, available: Sequence[str], reason: str | None = None
+    ) -> None:
+        if reason is None:
+            message = (
+                f"{directory} has no {variant!r} variant; it holds {', '.join(available)}. Pick one of those, or "
+                f"re-export with `bertonnx export ... --variants {variant}`."
+            )
+        else:  # re-exporting the same checkpoint would fail the same gate
+            message = (
+                f"{directory} has no {variant!r} variant ({reason}); it holds {', '.join(available)}. Pick one of "
+                f"those, e.g. variant={preferred_variant(available)!r}."
+            )
+        super().__init__(message)
         self.directory = str(directory)
         self.variant = variant
         self.available = tuple(available)
+        self.reason = reason
 
-    def __reduce__(self) -> tuple[type[VariantMissingError], tuple[str, str, tuple[str, ...]]]:
-        return (VariantMissingError, (self.directory, self.variant, self.available))
+    def __reduce__(self) -> tuple[type[VariantMissingError], tuple[str, str, tuple[str, ...], str | None]]:
+        return (VariantMissingError, (self.directory, self.variant, self.available, self.reason))
+
+
+#: The variant to suggest instead of a missing one, best first: the fused exact graph, then the others.
+PREFERRED_VARIANTS = ("optimized", "fp32", "int8", "bf16")
+
+
+def preferred_variant(available: Sequence[str]) -> str:
+    """The variant of ``available`` to suggest instead of a missing one (see :data:`PREFERRED_VARIANTS`)."""
+    return next((v for v in PREFERRED_VARIANTS if v in available), available[0] if available else "fp32")
 
 
 # -- serving (raised by the scheduler and the request steps; the server maps them) -----------------------

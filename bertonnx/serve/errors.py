@@ -155,8 +155,9 @@ def from_core(error: Exception) -> ServeError:
     if isinstance(error, EngineError):
         return ServeError(str(error), "backend")
     if isinstance(error, VariantMissingError):
+        why = f" ({error.reason})" if error.reason else ""
         return ServeError(
-            f"{error.variant!r} is not served here; the export holds {', '.join(error.available)}", "not_found"
+            f"{error.variant!r} is not served here{why}; the export holds {', '.join(error.available)}", "not_found"
         )
     if isinstance(error, HeadMissingError):  # the route's task needs a head the export lacks
         return ServeError(str(error), "validation")
