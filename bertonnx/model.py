@@ -493,7 +493,13 @@ class BertOnnx:
 
     @overload
     def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool = ...
+        self,
+        texts: str,
+        pairs: str | None = ...,
+        *,
+        top_k: int | None = ...,
+        truncation: bool = ...,
+        batch_size: int = ...,
     ) -> list[LabelScore]: ...
 
     @overload
@@ -504,6 +510,7 @@ class BertOnnx:
         *,
         top_k: int | None = ...,
         truncation: bool = ...,
+        batch_size: int = ...,
     ) -> list[list[LabelScore]]: ...
 
     def classify(
@@ -513,6 +520,7 @@ class BertOnnx:
         *,
         top_k: int | None = 1,
         truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[LabelScore] | list[list[LabelScore]]:
         """Labels of each text (or pair) by the checkpoint's classification head, as
         ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
@@ -523,6 +531,7 @@ class BertOnnx:
             pairs: second sentences, one per text (segment id 1), or ``None``.
             top_k: labels per input, highest score first; ``None`` for every label.
             truncation: cut inputs longer than the model's positions instead of raising.
+            batch_size: inputs per ``session.run`` at most.
 
         Returns:
             For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
@@ -539,7 +548,7 @@ class BertOnnx:
         single = isinstance(texts, str)
         if pairs is not None and single != isinstance(pairs, str):
             raise TypeError("texts and pairs must both be strings or both be lists of strings")
-        ranked = self.run_task(task, texts, pairs)
+        ranked = self.run_task(task, texts, pairs, batch_size=batch_size)
         return ranked[0] if single else ranked
 
     def classify_scores(
@@ -611,16 +620,21 @@ class BertOnnx:
 
     @overload
     def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, *, top_k: int = ..., truncation: bool = ...
+        self, texts: str, *, top_k: int = ..., truncation: bool = ..., batch_size: int = ...
     ) -> list[list[MaskFill]]: ...
 
     @overload
     def fill_mask(
-        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ..., batch_size: int = ...
     ) -> list[list[list[MaskFill]]]: ...
 
     def fill_mask(
-        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
+        self,
+        texts: str | Iterable[str],
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
         """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
         scores and fields).
@@ -632,6 +646,7 @@ class BertOnnx:
             texts: a string or an iterable of strings, each with at least one ``[MASK]``.
             top_k: candidates per mask.
             truncation: cut texts longer than the model's positions instead of raising.
+            batch_size: texts per ``session.run`` at most.
 
         Returns:
             For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
@@ -643,7 +658,9 @@ class BertOnnx:
             ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
                 truncation, or ``top_k`` is below 1.
         """
-        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
+        answers = self.run_task(
+            self.task("fill_mask", top_k=top_k, truncation=truncation), texts, batch_size=batch_size
+        )
         return answers[0] if isinstance(texts, str) else answers
 
     def tokenize(
@@ -830,12 +847,17 @@ class BertOnnx:
 
     @overload
     def choose(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, context: str, choices: Sequence[str], *, truncation: bool = ...
+        self, context: str, choices: Sequence[str], *, truncation: bool = ..., batch_size: int = ...
     ) -> Choice: ...
 
     @overload
     def choose(
-        self, context: Iterable[str], choices: Iterable[Sequence[str]], *, truncation: bool = ...
+        self,
+        context: Iterable[str],
+        choices: Iterable[Sequence[str]],
+        *,
+        truncation: bool = ...,
+        batch_size: int = ...,
     ) -> list[Choice]: ...
 
     def choose(

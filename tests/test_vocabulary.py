@@ -1,0 +1,163 @@
+"""One vocabulary of options: every command's parser holds each shared option as bertonnx.vocabulary declares it.
+
+Every command of ``bertonnx --help`` is built (the lazily loaded ones too: serve, batch, export, parity, bench,
+bench-serve, tag, answer, choose) and each shared option it has is compared with the declaration: flag and old
+spellings, ``dest``, type, choices, default (the command's own only where the vocabulary records it) and
+help text. The old spellings still parse to the same ``dest``; the core's option names reach each edge in
+that edge's terms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pytest
+
+from bertonnx.cli import COMMANDS
+from bertonnx.command import ArgumentParser, _load, describe_error
+from bertonnx.errors import InputTooLongError, OptionError
+from bertonnx.vocabulary import (
+    FIELD_NAMES,
+    OPTIONS,
+    TASK_COMMANDS,
+    add_option,
+    field_name,
+    flag,
+    ignore_labels,
+    markdown_table,
+)
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.torch_free
+
+
+def parsers() -> dict[str, ArgumentParser]:
+    return {name: _load(entry).parser(f"bertonnx {name}") for name, entry in COMMANDS.items()}
+
+
+PARSERS = parsers()
+
+
+def shared_actions(parser: ArgumentParser) -> dict[str, argparse.Action]:
+    """The parser's actions that spell a shared option's flag or store into a shared option's name."""
+    found = {}
+    for action in parser._actions:
+        for option in OPTIONS.values():
+            if option.flag in action.option_strings or (action.option_strings and action.dest == option.name):
+                assert option.name not in found, f"{parser.prog} declares {option.name} twice"
+                found[option.name] = action
+    return found
+
+
+def test_every_command_is_built() -> None:
+    assert {"serve", "batch", "export", "parity", "bench", "bench-serve", "tag", "answer", "choose"} <= set(PARSERS)
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_shared_options_are_the_vocabulary(command: str) -> None:
+    for name, action in shared_actions(PARSERS[command]).items():
+        option = OPTIONS[name]
+        where = f"bertonnx {command} {option.flag}"
+        assert command in option.commands, f"{where}: not declared in OPTIONS[{name!r}].commands"
+        assert action.option_strings == list(option.flags(command)), where
+        assert action.dest == option.name, where
+        assert action.type is option.kind, where
+        assert (tuple(action.choices) if action.choices is not None else None) == option.choices, where
+        assert action.default == option.default_for(command), where
+        assert action.help == option.help_for(command), where
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_each_option_is_on_the_commands_it_names(name: str) -> None:
+    have = {command for command, parser in PARSERS.items() if name in shared_actions(parser)}
+    assert have == set(OPTIONS[name].commands)
+
+
+def test_every_task_command_takes_batch_size_variant_and_threads() -> None:
+    for command in TASK_COMMANDS:
+        assert {"batch_size", "variant", "threads"} <= set(shared_actions(PARSERS[command])), command
+
+
+def test_defaults_differ_only_where_a_convention_says_why() -> None:
+    assert PARSERS["serve"].parse_intermixed_args(["DIR"]).max_batch_tokens == 512
+    assert "measured: bertonnx/serve/defaults.py" in OPTIONS["max_batch_tokens"].help_for("serve")
+    batch = PARSERS["batch"].parse_intermixed_args(["DIR", "--input", "a.txt", "--output", "o.parquet"])
+    assert batch.max_batch_tokens == 2048
+    assert PARSERS["fill-mask"].parse_intermixed_args(["DIR", "t"]).top_k == 5
+    assert PARSERS["classify"].parse_intermixed_args(["DIR", "t"]).top_k == 1
+    pooling = {PARSERS[c].parse_intermixed_args(["DIR", "--input", "a", "--output", "o"]).pooling for c in ("batch",)}
+    pooling.add(PARSERS["embed"].parse_intermixed_args(["DIR", "t"]).pooling)
+    pooling.add(PARSERS["serve"].parse_intermixed_args(["DIR"]).pooling)
+    assert pooling == {"pooler"}
+
+
+def test_old_spellings_parse_to_the_same_dest() -> None:
+    batch = ["DIR", "--input", "a.txt", "--output", "o.parquet"]
+    assert PARSERS["batch"].parse_intermixed_args([*batch, "--truncate"]).truncation is True
+    assert PARSERS["batch"].parse_intermixed_args([*batch, "--truncation"]).truncation is True
+    assert PARSERS["serve"].parse_intermixed_args(["DIR", "--auto-truncate"]).truncation is True
+    assert PARSERS["serve"].parse_intermixed_args(["DIR", "--truncation"]).truncation is True
+    assert "--auto-truncate: the old spelling, deprecated" in " ".join(PARSERS["serve"].format_help().split())
+    # batch's old way to keep every label, beside --keep-all
+    assert ignore_labels(PARSERS["batch"].parse_intermixed_args([*batch, "--ignore-label", ""])) == ()
+    assert ignore_labels(PARSERS["batch"].parse_intermixed_args([*batch, "--keep-all"])) == ()
+    assert ignore_labels(PARSERS["tag"].parse_intermixed_args(["DIR", "t"])) == ("O",)
+    with pytest.raises(ValueError, match="--keep-all and --ignore-label contradict"):
+        ignore_labels(PARSERS["tag"].parse_intermixed_args(["DIR", "t", "--keep-all", "--ignore-label", "O"]))
+    # an old spelling stays on the command that had it only
+    with pytest.raises(Exception, match="unrecognized arguments: --auto-truncate"):
+        PARSERS["embed"].parse_intermixed_args(["DIR", "t", "--auto-truncate"])
+
+
+def test_serve_options_take_truncation() -> None:
+    pytest.importorskip("pydantic")
+    from bertonnx.serve.arguments import serve_options
+
+    assert serve_options(PARSERS["serve"].parse_intermixed_args(["DIR", "--auto-truncate"])).truncation is True
+    assert serve_options(PARSERS["serve"].parse_intermixed_args(["DIR"])).truncation is False
+
+
+def test_stride_is_one_type_everywhere() -> None:
+    for command in ("tag", "batch"):
+        words = ["DIR", "t"] if command == "tag" else ["DIR", "--input", "a", "--output", "o"]
+        with pytest.raises(Exception, match="argument --stride: expected a whole number >= 0, got -1"):
+            PARSERS[command].parse_intermixed_args([*words, "--stride", "-1"])
+
+
+def test_errors_name_the_option_in_each_edge_terms() -> None:
+    assert describe_error(OptionError("doc_stride", -3, ">= 0")) == "--doc-stride must be >= 0, got -3"
+    assert describe_error(OptionError("max_seq_len", 9, ">= 32", "e.g. 384")).startswith("--max-seq-len must be")
+    assert "pass --truncation" in describe_error(InputTooLongError(0, 600, 512))
+    assert "pass --stride" in describe_error(InputTooLongError(0, 600, 512, option="stride"))
+    assert flag("an_unknown_option") == "--an-unknown-option"
+    assert FIELD_NAMES == {"truncation": "truncate"}
+    assert field_name("stride") == "stride"
+    pytest.importorskip("pydantic")
+    from bertonnx.serve import errors
+
+    assert errors.FIELD_NAMES is FIELD_NAMES
+    assert errors.from_core(OptionError("truncation", 1, "a bool")).message == "truncate must be a bool, got 1"
+    assert '"truncate": true' in errors.from_core(InputTooLongError(0, 600, 512)).message
+
+
+def test_add_option_refuses_what_the_vocabulary_does_not_say() -> None:
+    parser = ArgumentParser()
+    with pytest.raises(ValueError, match="'embed' is not declared to take 'stride'"):
+        add_option(parser, "stride", "embed")
+    with pytest.raises(ValueError, match="'spelling' is not a shared option"):
+        add_option(parser, "spelling", "embed")
+
+
+def test_docs_table_is_the_vocabulary() -> None:
+    assert markdown_table() in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
+def test_no_command_spells_an_old_flag_in_its_docs() -> None:
+    for doc in ("README.md", "docs/cli.md", "docs/serving.md", "docs/corpus.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        for old in ("--auto-truncate", "--truncate "):
+            assert old not in text.replace("(old: `--truncate`)", "").replace("(old: `--auto-truncate`)", ""), (
+                doc,
+                old,
+            )
+
