@@ -16,6 +16,7 @@ holds it to this table. This module imports the standard library and the core on
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -105,6 +106,7 @@ class Option:
         conventions: per command, where it departs from this declaration.
         http_field: the HTTP field (``None``: the Python name; ``""``: not on HTTP).
         http_default: the HTTP default, where it differs from ``default`` (a protocol's convention).
+        python: how Python spells it where ``name`` is only the ``dest`` (``""``: the command line's alone).
     """
 
     name: str
@@ -121,6 +123,7 @@ class Option:
     conventions: Mapping[str, Convention] = field(default_factory=dict)
     http_field: str | None = None
     http_default: str | None = None
+    python: str | None = None
 
     def flags(self, command: str) -> tuple[str, ...]:
         """The flag and the old spellings ``command`` keeps."""
@@ -230,6 +233,7 @@ OPTIONS: Mapping[str, Option] = _declare(
             "parity": Convention(note="the figures"),
         },
         http_field="",
+        python="",
     ),
     Option(
         "input",
@@ -244,6 +248,7 @@ OPTIONS: Mapping[str, Option] = _declare(
             )
         },
         http_field="",
+        python="",
     ),
     Option(
         "output",
@@ -260,6 +265,7 @@ OPTIONS: Mapping[str, Option] = _declare(
             ),
         },
         http_field="",
+        python="",
     ),
     Option(
         "truncation",
@@ -327,7 +333,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         kind=positive_int,
         default=1,
         conventions={"fill-mask": Convention(default=DEFAULT_TOP_K, note="per [MASK], as pipeline('fill-mask')")},
-        http_default=f"1; /fill_mask {DEFAULT_TOP_K}",
+        http_default=f"`/answer` 1, `/fill_mask` {DEFAULT_TOP_K} (`/predict`: every label, as TEI)",
     ),
     Option(
         "raw_scores",
@@ -355,6 +361,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         metavar="LABEL",
         default_text=", ".join(DEFAULT_IGNORE_LABELS),
         conventions={"batch": _TAG_ONLY},
+        http_default=json.dumps(list(DEFAULT_IGNORE_LABELS)),
     ),
     Option(
         "keep_all",
@@ -365,6 +372,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         default=False,
         conventions={"batch": _TAG_ONLY},
         http_field="",
+        python="ignore_labels=()",
     ),
     Option(
         "stride",
@@ -374,6 +382,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         kind=non_negative_int,
         default_text="none",
         conventions={"batch": Convention(note="--task tag; a refused row is a bad row (--on-error)")},
+        http_default="null",
     ),
     Option(
         "doc_stride",
@@ -468,8 +477,10 @@ def ignore_labels(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(label for label in args.ignore_labels or DEFAULT_IGNORE_LABELS if label)
 
 
-def _cell(value: object) -> str:
-    return "–" if value is None else f"`{value}`"
+def _default(option: Option, value: object) -> str:
+    if option.action == "store_true":
+        return "on" if value else "off"
+    return option.default_text or "–" if value is None else f"`{value}`"
 
 
 def markdown_table() -> str:
@@ -479,13 +490,20 @@ def markdown_table() -> str:
         "|---|---|---|---|---|",
     ]
     for option in OPTIONS.values():
-        flags = f"`{option.flag}`" + "".join(f" (old: `{alias}`)" for alias in option.aliases)
-        default = _cell(option.default) if option.default is not None else (option.default_text or "–")
-        default += "".join(
-            f"; {command}: `{c.default}`" for command, c in option.conventions.items() if c.default is not _SHARED
+        python = f"`{option.name}`" if option.python is None else f"`{option.python}`" if option.python else "–"
+        flags = f"`{option.flag}`" + "".join(
+            f" (old: `{alias}` on {', '.join(commands)})" for alias, commands in option.aliases.items()
+        )
+        default = _default(option, option.default) + "".join(
+            f"; {command}: {_default(option, c.default)}"
+            for command, c in option.conventions.items()
+            if c.default is not _SHARED
         )
         http = "–"
         if option.http_field != "":
-            http = f"`{field_name(option.name)}`: " + (option.http_default or default)
-        lines.append(f"| `{option.name}` | {flags} | {', '.join(option.commands)} | {default} | {http} |")
+            shown = option.http_default or json.dumps(option.default)
+            if option.default is None and option.default_text and not option.http_default:
+                shown += f" ({option.default_text})"
+            http = f"`{field_name(option.name)}`: {shown}"
+        lines.append(f"| {python} | {flags} | {', '.join(option.commands)} | {default} | {http} |")
     return "\n".join(lines)

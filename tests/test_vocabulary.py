@@ -10,6 +10,8 @@ that edge's terms.
 from __future__ import annotations
 
 import argparse
+import re
+
 import pytest
 
 from bertonnx.cli import COMMANDS
@@ -152,12 +154,37 @@ def test_docs_table_is_the_vocabulary() -> None:
     assert markdown_table() in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
-def test_no_command_spells_an_old_flag_in_its_docs() -> None:
+def test_docs_spell_old_flags_only_as_old_spellings() -> None:
+    old = re.compile("|".join(re.escape(alias) + r"\b" for o in OPTIONS.values() for alias in o.aliases))
     for doc in ("README.md", "docs/cli.md", "docs/serving.md", "docs/corpus.md"):
-        text = (ROOT / doc).read_text(encoding="utf-8")
-        for old in ("--auto-truncate", "--truncate "):
-            assert old not in text.replace("(old: `--truncate`)", "").replace("(old: `--auto-truncate`)", ""), (
-                doc,
-                old,
-            )
+        for number, line in enumerate((ROOT / doc).read_text(encoding="utf-8").splitlines(), 1):
+            if old.search(line):
+                assert "old" in line, f"{doc}:{number} spells an old flag as the current one: {line}"
 
+
+def test_http_fields_take_the_vocabulary_defaults() -> None:
+    """Every request body field that is a shared option has its default, unless the vocabulary records the
+    protocol's own (TEI's ``normalize: true``, ``truncate`` absent: the server's default)."""
+    pytest.importorskip("pydantic")
+    import json
+
+    from pydantic import BaseModel
+
+    from bertonnx.serve import protocol
+
+    by_field = {field_name(o.name): o for o in OPTIONS.values() if o.http_field != ""}
+    checked = set()
+    for model in vars(protocol).values():
+        if not (isinstance(model, type) and issubclass(model, BaseModel) and model.__name__.endswith("Request")):
+            continue
+        for name, info in model.model_fields.items():
+            option = by_field.get(name)
+            if option is None:
+                continue
+            checked.add(option.name)
+            default = list(info.default) if isinstance(info.default, tuple) else info.default
+            if option.http_default is None:
+                assert default == option.default, (model.__name__, name)
+            elif option.http_default.startswith(("[", "null")):
+                assert default == json.loads(option.http_default), (model.__name__, name)
+    assert {"truncation", "pooling", "normalize", "top_k", "stride", "ignore_labels", "doc_stride"} <= checked
