@@ -10,8 +10,12 @@ that edge's terms.
 from __future__ import annotations
 
 import argparse
+import json
 import re
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from bertonnx.cli import COMMANDS
@@ -166,8 +170,6 @@ def test_http_fields_take_the_vocabulary_defaults() -> None:
     """Every request body field that is a shared option has its default, unless the vocabulary records the
     protocol's own (TEI's ``normalize: true``, ``truncate`` absent: the server's default)."""
     pytest.importorskip("pydantic")
-    import json
-
     from pydantic import BaseModel
 
     from bertonnx.serve import protocol
@@ -188,3 +190,43 @@ def test_http_fields_take_the_vocabulary_defaults() -> None:
             elif option.http_default.startswith(("[", "null")):
                 assert default == json.loads(option.http_default), (model.__name__, name)
     assert {"truncation", "pooling", "normalize", "top_k", "stride", "ignore_labels", "doc_stride"} <= checked
+
+
+@pytest.mark.parametrize(
+    ("argv", "answer"),
+    [
+        (["embed", "one", "two words", "three more words"], lambda out: out["embeddings"]),
+        (
+            ["fill-mask", "the [MASK] is nice", "i [MASK] with you", "a [MASK]"],
+            lambda out: [[c["score"] for c in r["masks"][0]] for r in out["results"]],
+        ),
+    ],
+    ids=["embed", "fill-mask"],
+)
+def test_batch_size_reaches_the_model(
+    argv: list[str],
+    answer: Any,
+    tiny_export: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--batch-size N`` on a task command caps the inputs of each onnxruntime run; the answers stay."""
+    from bertonnx.cli import main
+    from bertonnx.model import BertOnnx
+
+    sizes: list[int] = []
+    run_batch = BertOnnx.run_batch
+
+    def counted(self: BertOnnx, batch: Any, outputs: Any = None) -> Any:
+        sizes.append(len(batch))
+        return run_batch(self, batch, outputs)
+
+    monkeypatch.setattr(BertOnnx, "run_batch", counted)
+    command, *words = argv
+    found = {}
+    for batch_size in ("256", "1"):
+        sizes.clear()
+        assert main([command, str(tiny_export), *words, "--batch-size", batch_size, "--json"]) == 0
+        found[batch_size] = np.asarray(answer(json.loads(capsys.readouterr().out)))
+        assert max(sizes) == min(len(words), int(batch_size)), sizes
+    np.testing.assert_allclose(found["1"], found["256"], atol=1e-5)
