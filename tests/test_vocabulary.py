@@ -230,3 +230,33 @@ def test_batch_size_reaches_the_model(
         found[batch_size] = np.asarray(answer(json.loads(capsys.readouterr().out)))
         assert max(sizes) == min(len(words), int(batch_size)), sizes
     np.testing.assert_allclose(found["1"], found["256"], atol=1e-5)
+
+
+def test_python_surfaces_use_the_vocabulary_names() -> None:
+    """BertOnnx's methods, the corpus job's options and predictor, and the server's options name an option as
+    the vocabulary does: no old spelling (``truncate``, ``auto_truncate``) as a keyword or field."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("pydantic")
+    import dataclasses
+    import inspect
+
+    from bertonnx.corpus.compute import TaskOptions
+    from bertonnx.corpus.predictor import BertOnnxPredictor
+    from bertonnx.model import BertOnnx
+    from bertonnx.serve.options import ServeOptions
+
+    old = {alias.lstrip("-").replace("-", "_") for o in OPTIONS.values() for alias in o.aliases}
+    assert old == {"truncate", "auto_truncate"}
+    names = {
+        "TaskOptions": {f.name for f in dataclasses.fields(TaskOptions)},
+        "ServeOptions": {f.name for f in dataclasses.fields(ServeOptions)},
+        "BertOnnxPredictor": set(inspect.signature(BertOnnxPredictor.__init__).parameters),
+    }
+    for method in ("__call__", "nsp", "embed", "classify", "rerank", "fill_mask", "tag", "answer", "choose"):
+        names[f"BertOnnx.{method}"] = set(inspect.signature(getattr(BertOnnx, method)).parameters)
+    for where, have in names.items():
+        assert not have & old, where
+    for where in ("TaskOptions", "ServeOptions", "BertOnnxPredictor", "BertOnnx.embed", "BertOnnx.classify"):
+        assert "truncation" in names[where], where
+    for method in ("nsp", "embed", "classify", "rerank", "fill_mask", "tag", "answer", "choose"):
+        assert "batch_size" in names[f"BertOnnx.{method}"], method

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..model import DEFAULT_VARIANT, BertOnnx
+from ..tasks.embed import DEFAULT_POOLING
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
 from .compute import TaskOptions, check_model_task, compute_rows, output_schema
 from .readers import ROW_SCHEMA, check_value
@@ -50,9 +51,9 @@ class BertOnnxPredictor:
         variant: str = DEFAULT_VARIANT,
         threads: int = 1,
         task: str = "embed",
-        pooling: str = "pooler",
+        pooling: str = DEFAULT_POOLING,
         normalize: bool = False,
-        truncate: bool = False,
+        truncation: bool = False,
         on_error: str = "stop",
         text_column: str = "text",
         pair_column: str | None = None,
@@ -71,7 +72,7 @@ class BertOnnxPredictor:
             task: ``embed``, ``nsp`` or ``encode``.
             pooling: for ``embed``.
             normalize: for ``embed``: unit-length vectors.
-            truncate: cut over-long inputs instead of rejecting them.
+            truncation: cut over-long inputs instead of rejecting them.
             on_error: ``stop`` (raise :class:`bertonnx.corpus.BadRowError`) or ``skip`` (keep the row with
                 null results and an ``error``).
             text_column: input column of texts.
@@ -90,7 +91,7 @@ class BertOnnxPredictor:
             task,
             pooling,
             normalize,
-            truncate,
+            truncation,
             on_error,
             **limits,
             aggregation_strategy=aggregation_strategy,
