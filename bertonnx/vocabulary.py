@@ -377,10 +377,10 @@ OPTIONS: Mapping[str, Option] = _declare(
     Option(
         "stride",
         "--stride",
-        "split a text longer than the model's positions into windows sharing this many tokens (none: refuse it)",
+        "split a text longer than the model's positions into windows sharing this many tokens",
         ("tag", "batch"),
         kind=non_negative_int,
-        default_text="none",
+        default_text="none: such a text is refused",
         conventions={"batch": Convention(note="--task tag; a refused row is a bad row (--on-error)")},
         http_default="null",
     ),
