@@ -142,7 +142,7 @@ class Option:
             shown = self.default_text if default is None else default
             if shown is not None:
                 text += f" (default {shown})"
-        old = [alias for alias in self.flags(command)[1:]]
+        old = self.flags(command)[1:]
         if old:
             text += f" ({', '.join(old)}: the old spelling, deprecated)"
         return text
