@@ -298,10 +298,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
         raise CommandError(f"{len(texts)} texts but {len(pairs)} --pair values; give one --pair per text, in order")
     model = _load(args)
     top_k = None if args.all_labels else args.top_k
-    predictions = _head_call(
-        args,
-        lambda: model.classify(texts, pairs, top_k=top_k, truncation=args.truncation, batch_size=args.batch_size),
-    )
+    task = _head_call(args, lambda: model.task("classify", top_k=top_k, truncation=args.truncation))
+    predictions = _head_call(args, lambda: model.run_task(task, texts, pairs, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
     payload = {
         "architecture": model.manifest.architecture,
@@ -349,10 +347,8 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 def cmd_fill_mask(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
     model = _load(args)
-    fills = _head_call(
-        args,
-        lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation, batch_size=args.batch_size),
-    )
+    task = _head_call(args, lambda: model.task("fill_mask", top_k=args.top_k, truncation=args.truncation))
+    fills = _head_call(args, lambda: model.run_task(task, texts, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
     payload = {
         "variant": model.variant,

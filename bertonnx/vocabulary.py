@@ -21,10 +21,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_SERVE_MAX_BATCH_TOKENS
 from .manifest import VARIANT_FILES
 from .model import DEFAULT_VARIANT
-from .serve.defaults import DEFAULT_SERVE_MAX_BATCH_TOKENS
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import DEFAULT_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
@@ -320,7 +319,7 @@ OPTIONS: Mapping[str, Option] = _declare(
                 default=DEFAULT_SERVE_MAX_BATCH_TOKENS,
                 note=f"the server's is {DEFAULT_SERVE_MAX_BATCH_TOKENS}, not {DEFAULT_MAX_BATCH_TOKENS}: a short "
                 "request waits behind a whole run, and on a CPU a larger run gains nothing (measured: "
-                "bertonnx/serve/defaults.py)",
+                "bertonnx/batching.py)",
             )
         },
         http_field="",
