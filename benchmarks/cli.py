@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from bertonnx.command import ArgumentParser, Command, run_command
 from bertonnx.exit_codes import EXIT_INCORRECT, EXIT_OK, EXIT_USAGE
 from bertonnx.files import check_output_dir, check_output_file
+from bertonnx.vocabulary import add_option
 
 from .coldstart import probe_bertonnx, probe_torch, thread_env
 from .corpus import DEFAULT_CORPUS_SEED, DEFAULT_CORPUS_SIZE, QUICK_CORPUS_SIZE
@@ -107,7 +108,7 @@ def _bench_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--batch", help="batch sizes, e.g. 1,8,32")
     parser.add_argument("--seq", help="sequence lengths, e.g. 16,128,512")
-    parser.add_argument("--threads", type=int, help="thread budget of every runner (default: physical cores)")
+    add_option(parser, "threads", "bench")
     parser.add_argument("--quick", action="store_true", help="CI mode: few shapes and runs, small corpus")
     parser.add_argument("--warmup", type=int, help="untimed calls per shape")
     parser.add_argument("--min-runs", type=int, help="timed calls per shape, at least")
@@ -170,8 +171,6 @@ def _settings(args: argparse.Namespace, max_positions: int) -> dict[str, Any]:
     corpus_batch = args.corpus_batch or (QUICK_CORPUS_BATCH if args.quick else DEFAULT_CORPUS_BATCH)
     if corpus_size < 2 or corpus_batch < 1:
         raise ValueError(f"expected --corpus-size >= 2 and --corpus-batch >= 1, got {corpus_size} and {corpus_batch}")
-    if args.threads is not None and args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
     repeats = args.repeats if args.repeats is not None else (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
     if repeats < 1:
         raise ValueError(f"--repeats must be >= 1, got {repeats}")

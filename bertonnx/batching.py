@@ -26,6 +26,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_MAX_BATCH_SIZE",
     "DEFAULT_MAX_BATCH_TOKENS",
+    "DEFAULT_SERVE_MAX_BATCH_TOKENS",
     "SORT_WINDOW_TOKENS",
     "TOKENIZE_CHUNK_TEXTS",
     "Batch",
@@ -40,6 +41,13 @@ __all__ = [
 #: Padded tokens (longest input × count) per ``session.run``: small enough that a run's activations stay
 #: near the caches, which on CPU beats TEI's GPU-sized 16,384 (benchmarks/DEFAULTS.md, "Token budget").
 DEFAULT_MAX_BATCH_TOKENS = 2048
+#: The same budget in the server: on a 2-core CPU a run costs its padded tokens and almost nothing besides
+#: (bert-base fp32: 0.4 ms + 0.48 ms per padded token, from 8 to 2,048 tokens; benchmarks/SCHEDULER.md,
+#: ``benchmarks.serve.runcost``), so larger runs gain nothing, while a short request arriving behind a run waits
+#: for all of it: 512 (one full-length input) keeps that wait near 0.25 s instead of 1 s. Raise it where a run
+#: has a fixed cost to spread (many cores, a GPU); ``runcost`` measures it. Declared here, beside the offline
+#: budget, so the option vocabulary (:mod:`bertonnx.vocabulary`) names both without importing the server.
+DEFAULT_SERVE_MAX_BATCH_TOKENS = 512
 #: Inputs per ``session.run`` at most, however short they are.
 DEFAULT_MAX_BATCH_SIZE = 256
 #: Tokens gathered into one sorting window before it is sorted and cut. An encoding costs about 100 bytes

@@ -15,19 +15,20 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from .command import ArgumentParser, Command, CommandError, describe_error, dispatch, positive_int
+from .command import ArgumentParser, Command, CommandError, describe_error, dispatch
 from .errors import InputTooLongError, RandomWeightsWarning
 from .exit_codes import EXIT_OK
 from .files import STDIN, blank_lines, check_output_file, read_lines, write_atomic
 from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
-from .manifest import VARIANT_FILES, read_manifest
-from .model import DEFAULT_BATCH_SIZE, DEFAULT_VARIANT, POOLING_MODES, BertOnnx
+from .manifest import read_manifest
+from .model import BertOnnx
 from .version import __version__
+from .vocabulary import add_option
 
 __all__ = ["COMMANDS", "main"]
 
@@ -69,20 +70,15 @@ def _fmt(n: object) -> str:
     return f"{n:,}" if isinstance(n, int) else str(n)
 
 
-def _add_json(parser: ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _add_model_args(parser: ArgumentParser) -> None:
+def _add_model_args(parser: ArgumentParser, command: str, *options: str) -> None:
+    """DIR, --variant, --threads, --json, then the shared ``options`` (:mod:`bertonnx.vocabulary`) by name."""
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument(
-        "--variant",
-        default=DEFAULT_VARIANT,
-        choices=list(VARIANT_FILES),
-        help=f"{', '.join(VARIANT_FILES)} (default {DEFAULT_VARIANT}; bf16 needs OpenVINO)",
-    )
-    parser.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: physical cores)")
-    _add_json(parser)
+    for name in ("variant", "threads", "json", *options):
+        add_option(parser, name, command)
+
+
+def _model_args(command: str, *options: str) -> Callable[[ArgumentParser], None]:
+    return lambda parser: _add_model_args(parser, command, *options)
 
 
 # -- inspect -----------------------------------------------------------------------------------------
@@ -90,7 +86,7 @@ def _add_model_args(parser: ArgumentParser) -> None:
 
 def _inspect_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    _add_json(parser)
+    add_option(parser, "json", "inspect")
 
 
 #: Parameter counts an export may hold beside the base model (``bertonnx.info.count_parameters``).
@@ -146,11 +142,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _tokenize_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "tokenize", "truncation", "max_length")
     parser.add_argument("text", metavar="TEXT")
     parser.add_argument("pair", metavar="PAIR", nargs="?")
-    parser.add_argument("--truncation", action="store_true", help="cut to --max-length instead of refusing")
-    parser.add_argument("--max-length", type=positive_int, default=512, help="token limit (default 512)")
 
 
 def cmd_tokenize(args: argparse.Namespace) -> int:
@@ -162,15 +156,14 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
 
 
 def _nsp_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "nsp", "truncation", "batch_size")
     parser.add_argument("text_a", metavar="TEXT_A")
     parser.add_argument("text_b", metavar="TEXT_B")
-    parser.add_argument("--truncation", action="store_true", help="cut long pairs (longest first) instead of refusing")
 
 
 def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
-    probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation)
+    probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation, batch_size=args.batch_size)
     payload = {
         "text_a": args.text_a,
         "text_b": args.text_b,
@@ -200,14 +193,8 @@ The output's folder must exist; the file is written to a temporary name and rena
 
 
 def _embed_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "embed", "input", "output", "pooling", "normalize", "batch_size", "truncation")
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to embed (or use --input)")
-    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
-    parser.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines")
-    parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="default pooler")
-    parser.add_argument("--normalize", action="store_true", help="unit-length vectors")
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--truncation", action="store_true", help="cut long texts instead of refusing")
 
 
 def _embed_texts(args: argparse.Namespace) -> list[str]:
@@ -275,17 +262,13 @@ empty texts, so row i of the output belongs to line i). Output: one line per inp
 An export without the head the command needs is refused in one line naming what the export has."""
 
 
-def _texts_arguments(parser: ArgumentParser, *, top_k: int | None) -> None:
-    _add_model_args(parser)
+def _texts_arguments(parser: ArgumentParser, command: str) -> None:
+    _add_model_args(parser, command, "input", "truncation", "top_k", "batch_size")
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="inputs (or use --input)")
-    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
-    parser.add_argument("--truncation", action="store_true", help="cut long inputs instead of refusing")
-    if top_k is not None:
-        parser.add_argument("--top-k", type=positive_int, default=top_k, help=f"answers per input (default {top_k})")
 
 
 def _classify_arguments(parser: ArgumentParser) -> None:
-    _texts_arguments(parser, top_k=1)
+    _texts_arguments(parser, "classify")
     parser.add_argument(
         "--pair",
         metavar="PAIR",
@@ -315,7 +298,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
         raise CommandError(f"{len(texts)} texts but {len(pairs)} --pair values; give one --pair per text, in order")
     model = _load(args)
     top_k = None if args.all_labels else args.top_k
-    predictions = _head_call(args, lambda: model.classify(texts, pairs, top_k=top_k, truncation=args.truncation))
+    task = _head_call(args, lambda: model.task("classify", top_k=top_k, truncation=args.truncation))
+    predictions = _head_call(args, lambda: model.run_task(task, texts, pairs, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
     payload = {
         "architecture": model.manifest.architecture,
@@ -334,19 +318,19 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def _rerank_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "rerank", "input", "truncation", "raw_scores", "batch_size")
     parser.add_argument("query", metavar="QUERY")
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to rank (or use --input)")
-    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
-    parser.add_argument("--truncation", action="store_true", help="cut long (query, text) pairs instead of refusing")
-    parser.add_argument("--raw-scores", action="store_true", help="the cross-encoder's logit instead of its sigmoid")
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
     model = _load(args)
     ranked = _head_call(
-        args, lambda: model.rerank(args.query, texts, truncation=args.truncation, raw_scores=args.raw_scores)
+        args,
+        lambda: model.rerank(
+            args.query, texts, truncation=args.truncation, raw_scores=args.raw_scores, batch_size=args.batch_size
+        ),
     )
     _banner_to_stderr(args, model)
     payload = {
@@ -363,7 +347,8 @@ def cmd_rerank(args: argparse.Namespace) -> int:
 def cmd_fill_mask(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
     model = _load(args)
-    fills = _head_call(args, lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation))
+    task = _head_call(args, lambda: model.task("fill_mask", top_k=args.top_k, truncation=args.truncation))
+    fills = _head_call(args, lambda: model.run_task(task, texts, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
     payload = {
         "variant": model.variant,
@@ -495,12 +480,12 @@ COMMANDS: dict[str, Command | str] = {
     "fill-mask": Command(
         "fill-mask",
         "the MLM head's top tokens for each [MASK] of each TEXT",
-        lambda parser: _texts_arguments(parser, top_k=5),
+        lambda parser: _texts_arguments(parser, "fill-mask"),
         cmd_fill_mask,
         epilog=TEXTS_EPILOG,
     ),
     "walkthrough": Command(
-        "walkthrough", "the whole module in one run on the model directory", _add_model_args, cmd_walkthrough
+        "walkthrough", "the whole module in one run on the model directory", _model_args("walkthrough"), cmd_walkthrough
     ),
     "tag": "bertonnx.cli_spans:TAG_COMMAND",
     "answer": "bertonnx.cli_spans:ANSWER_COMMAND",

@@ -12,11 +12,9 @@ import json
 from typing import Any
 
 from .cli import _add_model_args, _load, _random_banner
-from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error, non_negative_int, positive_int
+from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error
 from .files import read_lines, read_text
-from .model import DEFAULT_BATCH_SIZE
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
-from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from .vocabulary import ignore_labels
 
 __all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
 
@@ -31,35 +29,15 @@ pipeline("token-classification")). A text longer than the model's 512 tokens nee
 
 
 def _tag_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "tag", "input", "aggregation_strategy", "ignore_labels", "keep_all", "stride", "batch_size")
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to tag (or use --input)")
-    parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
-    parser.add_argument(
-        "--aggregation-strategy",
-        choices=AGGREGATION_STRATEGIES,
-        default="simple",
-        help="none: every token; simple: B-/I- tags grouped; first/average/max: one label per word (default simple)",
-    )
-    parser.add_argument(
-        "--ignore-label",
-        action="append",
-        metavar="LABEL",
-        help=f"leave LABEL out (repeatable; default {', '.join(DEFAULT_IGNORE_LABELS)}; --keep-all for none)",
-    )
-    parser.add_argument("--keep-all", action="store_true", help="ignore no label (every token or group shown)")
-    parser.add_argument(
-        "--stride", type=non_negative_int, default=None, help="tag long texts in windows sharing this many tokens"
-    )
-    parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
 
 
 def cmd_tag(args: argparse.Namespace) -> int:
     if bool(args.texts) == (args.input is not None):
         raise CommandError("give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither")
-    if args.keep_all and args.ignore_label:
-        raise CommandError("--keep-all and --ignore-label contradict each other; give one of them")
+    ignore = ignore_labels(args)
     texts = list(args.texts) if args.texts else read_lines(args.input, "--input")
-    ignore = () if args.keep_all else tuple(args.ignore_label or DEFAULT_IGNORE_LABELS)
     model = _load(args)
     try:
         found = model.tag(texts, args.aggregation_strategy, ignore, args.stride, batch_size=args.batch_size)
@@ -102,28 +80,20 @@ pipeline("question-answering") (an object per question, a list of them with --to
 
 
 def _answer_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(
+        parser,
+        "answer",
+        "top_k",
+        "max_answer_len",
+        "doc_stride",
+        "max_seq_len",
+        "handle_impossible_answer",
+        "batch_size",
+    )
     parser.add_argument("--question", action="append", required=True, metavar="TEXT", help="repeatable")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--context", metavar="TEXT", help="the text to find the answer in")
     source.add_argument("--context-file", metavar="FILE", help="read the context from FILE (- for stdin)")
-    parser.add_argument("--top-k", type=positive_int, default=1, help="answers per question (default 1)")
-    parser.add_argument(
-        "--max-answer-len",
-        type=positive_int,
-        default=DEFAULT_MAX_ANSWER_LEN,
-        help=f"longest answer in tokens (default {DEFAULT_MAX_ANSWER_LEN})",
-    )
-    parser.add_argument(
-        "--doc-stride",
-        type=non_negative_int,
-        default=DEFAULT_DOC_STRIDE,
-        help=f"context tokens shared by consecutive windows (default {DEFAULT_DOC_STRIDE})",
-    )
-    parser.add_argument("--max-seq-len", type=positive_int, default=None, help="tokens per window (default 384)")
-    parser.add_argument(
-        "--handle-impossible-answer", action="store_true", help="offer the empty answer when [CLS] scores highest"
-    )
 
 
 def cmd_answer(args: argparse.Namespace) -> int:
@@ -141,6 +111,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
             args.doc_stride,
             args.handle_impossible_answer,
             max_seq_len=args.max_seq_len,
+            batch_size=args.batch_size,
         )
     except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
         raise CommandError(describe_error(exc)) from exc
@@ -174,18 +145,15 @@ with its probability (the softmax over the choices' logits), the best marked wit
 
 
 def _choose_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser)
+    _add_model_args(parser, "choose", "truncation", "batch_size")
     parser.add_argument("--context", required=True, metavar="TEXT", help="the context (question, sentence start)")
     parser.add_argument("choices", metavar="CHOICE", nargs="+", help="the choices (at least 2)")
-    parser.add_argument(
-        "--truncation", action="store_true", help="cut long (context, choice) pairs instead of refusing"
-    )
 
 
 def cmd_choose(args: argparse.Namespace) -> int:
     model = _load(args)
     try:
-        found = model.choose(args.context, list(args.choices), truncation=args.truncation)
+        found = model.choose(args.context, list(args.choices), truncation=args.truncation, batch_size=args.batch_size)
     except ValueError as exc:
         raise CommandError(describe_error(exc)) from exc
     if args.json:

@@ -36,6 +36,7 @@ from typing import NoReturn
 from .errors import InputTooLongError, OptionError, VariantMissingError, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
+from .vocabulary import flag, non_negative_int, positive_int
 
 __all__ = [
     "EXIT_INTERNAL",
@@ -89,28 +90,6 @@ class ArgumentParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(flag, known, n=1)
             self.error(f"unrecognized arguments: {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
         return super().parse_intermixed_args(words, namespace)
-
-
-def positive_int(text: str) -> int:
-    """An argparse ``type``: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse ``type``: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
-    return value
 
 
 def port_number(text: str) -> int:
@@ -187,21 +166,20 @@ def describe_error(exc: BaseException) -> str:
         if exc.option == "stride":
             return (
                 f"text {exc.index} has {exc.length} tokens, more than the {exc.max_length} the model takes; pass "
-                "--stride (e.g. --stride 128) to tag it in overlapping windows, merged as transformers' pipeline "
-                "merges them"
+                f"{flag('stride')} (e.g. {flag('stride')} 128) to tag it in overlapping windows, merged as "
+                "transformers' pipeline merges them"
             )
         count = f"{exc.length} tokens" if exc.length is not None else "more tokens"
         return (
-            f"input {exc.index} has {count}, more than the limit of {exc.max_length}; pass --truncation "
+            f"input {exc.index} has {count}, more than the limit of {exc.max_length}; pass {flag(exc.option)} "
             "to cut it, or split the text"
         )
-    if isinstance(exc, OptionError):
-        flag = "--" + exc.option.replace("_", "-")
-        return f"{flag} must be {exc.expected}, got {exc.value!r}" + (f"; {exc.fix}" if exc.fix else "")
+    if isinstance(exc, OptionError):  # the core names the option in Python; the vocabulary knows its flag
+        return f"{flag(exc.option)} must be {exc.expected}, got {exc.value!r}" + (f"; {exc.fix}" if exc.fix else "")
     if isinstance(exc, VariantMissingError) and exc.reason is not None:  # re-exporting would refuse it again
         return (
             f"{exc.directory} has no {exc.variant!r} variant ({exc.reason}); it holds {', '.join(exc.available)}. "
-            f"Pick one with --variant, e.g. --variant {preferred_variant(exc.available)}"
+            f"Pick one with {flag('variant')}, e.g. {flag('variant')} {preferred_variant(exc.available)}"
         )
     if isinstance(exc, VariantMissingError):
         return (

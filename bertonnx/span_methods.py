@@ -219,12 +219,17 @@ class SpanMethods:
 
     @overload
     def choose(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, context: str, choices: Sequence[str], *, truncation: bool = ...
+        self, context: str, choices: Sequence[str], *, truncation: bool = ..., batch_size: int = ...
     ) -> Choice: ...
 
     @overload
     def choose(
-        self, context: Iterable[str], choices: Iterable[Sequence[str]], *, truncation: bool = ...
+        self,
+        context: Iterable[str],
+        choices: Iterable[Sequence[str]],
+        *,
+        truncation: bool = ...,
+        batch_size: int = ...,
     ) -> list[Choice]: ...
 
     def choose(

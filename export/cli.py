@@ -19,6 +19,7 @@ from bertonnx.command import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, Command,
 from bertonnx.exit_codes import EXIT_VARIANT_REFUSED
 from bertonnx.files import check_output_dir
 from bertonnx.manifest import REFUSED_VARIANTS_KEY, VARIANT_FILES, read_manifest
+from bertonnx.vocabulary import add_option
 
 from .errors import ExportError
 from .heads import ROWS
@@ -64,15 +65,10 @@ def _export_arguments(parser: ArgumentParser) -> None:
         "a BertModel); seed it and record it as seeded",
     )
     parser.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
-    parser.add_argument(
-        "--variants",
-        default=None,
-        help=f"comma-separated subset of {','.join(VARIANT_FILES)} (default: all; bf16 needs OpenVINO). A lossy "
-        "one (int8, bf16) that misses its parity gate is not written; named here, that exits 5",
-    )
+    add_option(parser, "variants", "export")
     parser.add_argument("--opset", type=int, default=None, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTDIR written by bertonnx export")
-    parser.add_argument("--json", action="store_true", help="print the manifest as JSON when done (log on stderr)")
+    add_option(parser, "json", "export")
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -139,8 +135,8 @@ def _parity_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--pairs", metavar="FILE.tsv", help="more inputs: text_a<TAB>text_b per line, or one text")
     parser.add_argument("--report", metavar="FILE.md", help="write a markdown report (its folder must exist)")
-    parser.add_argument("--variants", help="comma-separated variants to check (default: all in DIR)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_option(parser, "variants", "parity")
+    add_option(parser, "json", "parity")
 
 
 def _run_parity(args: argparse.Namespace) -> int:

@@ -382,6 +382,7 @@ def test_server_routes(server: Server, model: BertOnnx) -> None:
         assert info["limits"]["payload_limit"] == 2_000_000
         assert info["limits"]["max_queue_wait"] == 15.0
         assert info["limits"]["max_batch_requests"] is None
+        assert info["limits"]["truncation"] is False  # ServeOptions.truncation (the flag: --truncation)
         # the server's memory default: the arena shrinks and free pages go back to the system after each run
         assert info["memory"] == {"arena_shrinkage": True, "release_memory": True}
         assert info["versions"]["bertonnx"]

@@ -457,8 +457,8 @@ def test_serve_options_are_validated() -> None:
         ServeOptions(max_batch_requests=0)
     with pytest.raises(ValueError, match=r"max_batch_requests\n  Input should be a valid integer"):
         ServeOptions(max_batch_requests=2.0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"auto_truncate\n  Input should be a valid boolean"):
-        ServeOptions(auto_truncate=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"truncation\n  Input should be a valid boolean"):
+        ServeOptions(truncation=1)  # type: ignore[arg-type]
 
 
 def test_protocol_pooling_lists_the_runtime_modes() -> None:

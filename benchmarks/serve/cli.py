@@ -38,6 +38,7 @@ import numpy as np
 
 from bertonnx.command import ArgumentParser, Command, CommandError, run_command
 from bertonnx.exit_codes import EXIT_INCORRECT, EXIT_OK
+from bertonnx.vocabulary import add_option
 
 from ..corpus import DEFAULT_CORPUS_SEED
 from ..machine import cpu_facts, now_utc, versions
@@ -130,7 +131,7 @@ def _arguments(p: ArgumentParser) -> None:
         "--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}, created if missing)"
     )
     p.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16 (default both)")
-    p.add_argument("--threads", type=int, default=None, help="server and offline intra-op threads (default: cores)")
+    add_option(p, "threads", "bench-serve")
     p.add_argument("--quick", action="store_true", help="CI mode: few requests per point, a 400-request soak")
     p.add_argument("--soak-requests", type=int, help=f"soak requests (default {FULL_PLAN.soak_requests})")
     p.add_argument(
@@ -593,8 +594,6 @@ def _run(args: argparse.Namespace) -> int:
         missing = [p for p in precisions if PRECISIONS[p] not in manifest.variants]
         if missing:
             raise ValueError(f"{manifest.directory} has no {', '.join(missing)} variant; pick others with --precisions")
-        if args.threads is not None and args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
     except ValueError as exc:
         raise CommandError(str(exc)) from exc
     plan = QUICK_PLAN if args.quick else FULL_PLAN

@@ -19,12 +19,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 from ..command import ArgumentParser, Command, CommandError, optional_address_argv, positive_int, run_command
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
-from ..model import DEFAULT_VARIANT
-from ..outputs import POOLING_MODES
-from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from ..vocabulary import add_option, ignore_labels
 from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
 
@@ -44,59 +41,21 @@ EPILOG = (
 
 def _arguments(parser: ArgumentParser) -> None:
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument("--input", required=True, metavar="FILE", help=".txt (one text a line), .jsonl, .csv, .parquet")
-    parser.add_argument(
-        "--output",
-        required=True,
-        metavar="OUT.parquet",
-        help="Parquet file (a directory of Parquet files with --ray); rejects go to OUT.rejects.jsonl",
-    )
+    add_option(parser, "input", "batch")
+    add_option(parser, "output", "batch")
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
     parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
-    parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
-    parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
-    parser.add_argument(
-        "--truncation", "--truncate", action="store_true", help="cut inputs longer than the model takes"
-    )
-    parser.add_argument(
-        "--aggregation-strategy",
-        choices=AGGREGATION_STRATEGIES,
-        default="simple",
-        help="tag: none (every token), simple (B-/I- grouped), first/average/max (one label per word); default simple",
-    )
-    parser.add_argument(
-        "--stride",
-        type=int,
-        default=None,
-        help="tag: tag rows over the model's 512 tokens in windows sharing this many tokens (else they are bad rows)",
-    )
-    parser.add_argument(
-        "--ignore-label",
-        action="append",
-        metavar="LABEL",
-        help="tag: leave LABEL out (repeatable; default O); --ignore-label '' keeps every label",
-    )
+    for name in ("pooling", "normalize", "truncation", "aggregation_strategy", "stride", "ignore_labels", "keep_all"):
+        add_option(parser, name, "batch")
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_MODES,
         default="stop",
         help="a bad row (null, not a string, too long): stop the job (default) or skip it to the rejects file",
     )
-    parser.add_argument("--variant", default=DEFAULT_VARIANT, help=f"model variant (default {DEFAULT_VARIANT})")
-    parser.add_argument("--threads", type=positive_int, help="local job: intra-op threads (default: physical cores)")
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=positive_int,
-        default=DEFAULT_MAX_BATCH_TOKENS,
-        help=f"padded tokens (longest x count) per run (default {DEFAULT_MAX_BATCH_TOKENS})",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=DEFAULT_MAX_BATCH_SIZE,
-        help=f"inputs per run (default {DEFAULT_MAX_BATCH_SIZE})",
-    )
+    for name in ("variant", "threads", "max_batch_tokens", "batch_size"):
+        add_option(parser, name, "batch")
     parser.add_argument(
         "--chunk-size",
         type=positive_int,
@@ -104,7 +63,7 @@ def _arguments(parser: ArgumentParser) -> None:
         help="rows sorted by length together; bounds memory (default 2048, 256 for encode)",
     )
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, help="default: on a terminal")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_option(parser, "json", "batch")
     ray = parser.add_argument_group("Ray (the ray extra)")
     ray.add_argument(
         "--ray",
@@ -136,7 +95,7 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         batch_size=args.batch_size,
         aggregation_strategy=args.aggregation_strategy,
         stride=args.stride,
-        ignore_labels=tuple(label for label in args.ignore_label or DEFAULT_IGNORE_LABELS if label),
+        ignore_labels=ignore_labels(args),
     )
 
 

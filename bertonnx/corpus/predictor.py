@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..model import DEFAULT_VARIANT, BertOnnx
+from ..tasks.embed import DEFAULT_POOLING
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
 from .compute import TaskOptions, check_model_task, compute_rows, output_schema
 from .readers import ROW_SCHEMA, check_value
@@ -50,7 +51,7 @@ class BertOnnxPredictor:
         variant: str = DEFAULT_VARIANT,
         threads: int = 1,
         task: str = "embed",
-        pooling: str = "pooler",
+        pooling: str = DEFAULT_POOLING,
         normalize: bool = False,
         truncation: bool = False,
         on_error: str = "stop",

@@ -59,7 +59,7 @@ def output_metadata(
     Returns:
         ``bertonnx.version``, ``bertonnx.model_id`` (the checkpoint exported, with its revision when known),
         ``bertonnx.model_dir``, ``bertonnx.variant``, ``bertonnx.precision``, ``bertonnx.task``,
-        ``bertonnx.pooling`` and ``bertonnx.normalize`` (``embed`` only, else empty), ``bertonnx.truncate``
+        ``bertonnx.pooling`` and ``bertonnx.normalize`` (``embed`` only, else empty), ``bertonnx.truncation``
         and ``bertonnx.weights`` (``pretrained`` or ``random``: any weight seeded rather than trained).
     """
     source = manifest.data.get("source") or {}

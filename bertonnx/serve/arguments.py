@@ -18,9 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE
 from ..command import ArgumentParser, CommandError, port_number, positive_int
-from ..manifest import VARIANT_FILES
-from ..model import DEFAULT_VARIANT
-from ..outputs import POOLING_MODES
+from ..vocabulary import add_option, flag
 from .defaults import (
     API_KEY_ENV,
     DEFAULT_BATCH_WAIT_MS,
@@ -36,12 +34,10 @@ from .defaults import (
     DEFAULT_MAX_QUEUE_WAIT_S,
     DEFAULT_MAX_URL_BYTES,
     DEFAULT_PAYLOAD_LIMIT,
-    DEFAULT_POOLING,
     DEFAULT_PORT,
     DEFAULT_PRIORITY_MS_PER_TOKEN,
     DEFAULT_REFILL_WAIT_MS,
     DEFAULT_REQUEST_TIMEOUT_S,
-    DEFAULT_SERVE_MAX_BATCH_TOKENS,
     DEFAULT_WRITE_TIMEOUT_S,
 )
 
@@ -86,14 +82,10 @@ class Option:
         return self.flag.removeprefix("--").replace("-", "_")
 
 
-#: Every ``ServeOptions`` field a flag sets, in ``--help`` order.
+#: The ``ServeOptions`` fields of the options other commands share (:mod:`bertonnx.vocabulary`).
+SHARED_OPTIONS = ("max_batch_tokens", "truncation", "pooling")
+#: Every other ``ServeOptions`` field a flag sets, in ``--help`` order.
 SERVE_OPTIONS: tuple[Option, ...] = (
-    Option(
-        "--max-batch-tokens",
-        positive_int,
-        DEFAULT_SERVE_MAX_BATCH_TOKENS,
-        "padded tokens (longest x inputs) per engine run",
-    ),
     Option("--max-batch-size", positive_int, DEFAULT_MAX_BATCH_SIZE, "inputs per engine run"),
     Option(
         "--max-batch-requests",
@@ -198,17 +190,10 @@ def _shown(option: Option) -> str:
 def add_serve_arguments(parser: ArgumentParser) -> None:
     """The arguments of ``bertonnx serve``: the model, the address, the engine, every limit, and Ray Serve."""
     parser.add_argument("model_dir", metavar="DIR", help="directory written by `bertonnx export`")
-    parser.add_argument(
-        "--variant", default=DEFAULT_VARIANT, choices=list(VARIANT_FILES), help=f"default {DEFAULT_VARIANT}"
-    )
+    add_option(parser, "variant", "serve")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: loopback only)")
     parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument(
-        "--threads",
-        type=positive_int,
-        default=None,
-        help="onnxruntime intra-op threads (default: physical cores; with --ray: 1 per replica)",
-    )
+    add_option(parser, "threads", "serve")
     parser.add_argument(
         "--spinning",
         action="store_true",
@@ -220,26 +205,18 @@ def add_serve_arguments(parser: ArgumentParser) -> None:
         help="keep onnxruntime's memory arena and freed heap pages between engine runs (a little faster; RSS grows "
         "with every new batch shape; off: the arena shrinks and free pages go back to the system after each run)",
     )
+    add_option(parser, "max_batch_tokens", "serve")
     for option in SERVE_OPTIONS:
         parser.add_argument(
             option.flag, type=option.kind, default=option.default, help=f"{option.help} (default {_shown(option)})"
         )
-    parser.add_argument(
-        "--auto-truncate",
-        action="store_true",
-        help="truncate inputs over 512 tokens when a request does not say (default: 422 naming the input)",
-    )
+    add_option(parser, "truncation", "serve")
     parser.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV) or None,
         help=f"require 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}; unset: no auth)",
     )
-    parser.add_argument(
-        "--pooling",
-        choices=POOLING_MODES,
-        default=DEFAULT_POOLING,
-        help=f"pooling when a request names none (default {DEFAULT_POOLING})",
-    )
+    add_option(parser, "pooling", "serve")
     parser.add_argument("--model-name", default=None, help="name in KServe routes and answers (default: DIR's name)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     parser.add_argument(
@@ -277,9 +254,8 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     for option in SERVE_OPTIONS:
         value = getattr(args, option.field)
         values[option.field] = None if option.zero_means_none and value == 0 else value
-    values.update(
-        auto_truncate=args.auto_truncate, api_key=args.api_key, pooling=args.pooling, model_name=args.model_name
-    )
+    values.update({name: getattr(args, name) for name in SHARED_OPTIONS})
+    values.update(api_key=args.api_key, model_name=args.model_name)
     try:
         return ServeOptions(**values)  # type: ignore[arg-type]  # checked by ServeOptions itself
     except ValidationError as exc:
@@ -294,8 +270,8 @@ def _option_problems(error: ValidationError) -> str:
         field = ".".join(str(part) for part in item.get("loc", ()))
         message = str(item.get("msg", "")).removeprefix("Value error, ")
         if field:
-            flag = flags.get(field, "--" + field.replace("_", "-"))
-            parts.append(f"argument {flag}: {message[:1].lower()}{message[1:]}, got {item.get('input')!r}")
+            name = flags.get(field, flag(field))
+            parts.append(f"argument {name}: {message[:1].lower()}{message[1:]}, got {item.get('input')!r}")
         else:
             parts.append(message)
     return "; ".join(parts)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..batching import DEFAULT_SERVE_MAX_BATCH_TOKENS
 from ..tasks.embed import DEFAULT_POOLING
 
 __all__ = [
@@ -36,12 +37,8 @@ DEFAULT_PORT = 8080
 #: Read when --api-key is not given, so the key need not appear in the process list.
 API_KEY_ENV = "BERTONNX_API_KEY"
 
-#: Padded tokens per engine run in the server (the runtime's offline default is 2,048). On a 2-core CPU a run costs
-#: its padded tokens and almost nothing besides (bert-base fp32: 0.4 ms + 0.48 ms per padded token, from 8 to 2,048
-#: tokens; benchmarks/SCHEDULER.md, ``benchmarks.serve.runcost``), so larger runs gain nothing, while a short request
-#: arriving behind a run waits for all of it: 512 (one full-length input) keeps that wait near 0.25 s instead of 1 s.
-#: Raise it where a run has a fixed cost to spread (many cores, a GPU); ``runcost`` measures it.
-DEFAULT_SERVE_MAX_BATCH_TOKENS = 512
+# DEFAULT_SERVE_MAX_BATCH_TOKENS (512, padded tokens per engine run; the runtime's offline default is 2,048) is
+# declared, with its measured reason, in bertonnx/batching.py beside the offline budget.
 #: Inputs one request may carry (TEI's default ``--max-client-batch-size``).
 DEFAULT_MAX_CLIENT_BATCH_SIZE = 32
 #: Request body bytes at most (TEI's default ``--payload-limit``, 2 MB).

@@ -28,10 +28,12 @@ from ..errors import (
     ShuttingDownError,
     VariantMissingError,
 )
+from ..vocabulary import FIELD_NAMES, field_name
 
 __all__ = [
     "CORE_ERRORS",
     "ERROR_STATUS",
+    "FIELD_NAMES",
     "OPENAI_PREFIX",
     "ServeError",
     "error_body",
@@ -96,8 +98,6 @@ class ServeError(Exception):
         return error_body(self.message, self.error_type, path)
 
 
-#: The runtime's option names that HTTP spells otherwise (TEI's names).
-FIELD_NAMES = {"truncation": "truncate"}
 #: The core errors the server answers as themselves (anything else unexpected is a 500 ``backend``).
 CORE_ERRORS: tuple[type[Exception], ...] = (
     HeadMissingError,
@@ -122,25 +122,26 @@ def from_core(error: Exception) -> ServeError:
         if error.option == "stride":
             return ServeError(
                 f"text {error.index} has {error.length} tokens, more than the {error.max_length} the model takes; "
-                'pass stride (e.g. "stride": 128) to tag it in overlapping windows, merged as transformers\' '
-                "pipeline merges them",
+                f'pass {field_name("stride")} (e.g. "{field_name("stride")}": 128) to tag it in overlapping windows, '
+                "merged as transformers' pipeline merges them",
                 "validation",
             )
         if error.length is None:
             return ServeError(
                 f"input {error.index} has more than {error.max_length} tokens, the model's limit (it was refused "
-                f'after its first {error.max_length + 1}). Send "truncate": true to cut it, or split the text.',
+                f'after its first {error.max_length + 1}). Send "{field_name(error.option)}": true to cut it, or split '
+                "the text.",
                 "validation",
             )
         return ServeError(
             f"input {error.index} has {error.length} tokens, more than the model's limit of {error.max_length}. "
-            'Send "truncate": true to cut it, or split the text.',
+            f'Send "{field_name(error.option)}": true to cut it, or split the text.',
             "validation",
         )
     if isinstance(error, OptionError):  # the option's JSON field: the runtime's name, TEI's where it differs
-        field = FIELD_NAMES.get(error.option, error.option)
         return ServeError(
-            f"{field} must be {error.expected}, got {error.value!r}" + (f"; {error.fix}" if error.fix else ""),
+            f"{field_name(error.option)} must be {error.expected}, got {error.value!r}"
+            + (f"; {error.fix}" if error.fix else ""),
             "validation",
         )
     if isinstance(error, RequestTooLargeError):

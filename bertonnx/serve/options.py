@@ -1,7 +1,8 @@
 """``ServeOptions``: the server's limits and defaults, validated by pydantic in one place.
 
 Names follow Text Embeddings Inference where it has the same knob (``max_batch_tokens``,
-``max_client_batch_size``, ``payload_limit``, ``auto_truncate``, ``api_key``), so a TEI user finds them.
+``max_client_batch_size``, ``payload_limit``, ``api_key``), so a TEI user finds them; the options every command
+shares keep the one name :mod:`bertonnx.vocabulary` gives them (``truncation``, TEI's ``auto_truncate``).
 The defaults and the command-line flags are declared once in :mod:`.arguments`; the token budget is the
 runtime's own rule (:class:`bertonnx.batching.BatchLimits`).
 """
@@ -92,7 +93,7 @@ class ServeOptions:
             next requests, so the next batch is cut from a fuller queue (0: never; at most
             ``MAX_REFILL_WAIT_MS``: queued work waits meanwhile).
         payload_limit: request body bytes at most; more gives 413 (checked while the body is read).
-        auto_truncate: truncate inputs over the model's 512 tokens when a request does not say
+        truncation: truncate inputs over the model's 512 tokens when a request does not say
             (``truncate`` absent); ``False`` answers 422 naming the input, as the runtime raises.
         api_key: when set, every route but the health, readiness, metrics and API-description ones needs
             ``Authorization: Bearer <api_key>``.
@@ -132,7 +133,7 @@ class ServeOptions:
     priority_ms_per_token: Seconds = DEFAULT_PRIORITY_MS_PER_TOKEN
     refill_wait_ms: Annotated[float, Field(ge=0, le=MAX_REFILL_WAIT_MS)] = DEFAULT_REFILL_WAIT_MS
     payload_limit: PositiveInt = DEFAULT_PAYLOAD_LIMIT
-    auto_truncate: bool = False
+    truncation: bool = False
     api_key: Annotated[str, Field(min_length=1)] | None = None
     request_timeout: Annotated[float, Field(gt=0)] = DEFAULT_REQUEST_TIMEOUT_S
     drain_timeout: Seconds = DEFAULT_DRAIN_TIMEOUT_S

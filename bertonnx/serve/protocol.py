@@ -61,7 +61,7 @@ TextOrPair = StrictStr | Pair
 
 TRUNCATE_DOC = (
     "cut inputs over the model's 512 tokens (longest sequence first for pairs); absent: the server's "
-    "--auto-truncate (default false: such an input is a 422 naming it)"
+    "--truncation (default false: such an input is a 422 naming it)"
 )
 
 #: A valid body per route: error messages show it so a client sees the expected shape.
@@ -375,7 +375,7 @@ class OpenAIEmbeddingsRequest(BaseModel):
     dimensions: StrictInt | None = Field(default=None, description="must be absent or the model's hidden size")
     user: StrictStr | None = None
     truncate: StrictBool | None = Field(
-        default=None, description="cut inputs over 512 tokens (TEI's extension; absent: the server's --auto-truncate)"
+        default=None, description="cut inputs over 512 tokens (TEI's extension; absent: the server's --truncation)"
     )
 
     check_input = _inputs_check("input", TEXTS)

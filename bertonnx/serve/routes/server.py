@@ -106,7 +106,7 @@ def server_routes(state: ServerState) -> APIRouter:
                     "payload_limit": options.payload_limit,
                     "request_timeout": options.request_timeout,
                     "drain_timeout": options.drain_timeout,
-                    "auto_truncate": options.auto_truncate,
+                    "truncation": options.truncation,
                     "api_key": options.api_key is not None,
                     "max_response_bytes": state.response_limit(model),
                     "max_header_bytes": options.max_header_bytes,

@@ -45,7 +45,7 @@ def encodings(prepared: Prepared) -> list[Encoding]:
 
 def truncation(state: ServerState, truncate: bool | None) -> bool:
     """TEI's ``truncate`` as the runtime's ``truncation`` (absent: the server's default)."""
-    return state.options.auto_truncate if truncate is None else truncate
+    return state.options.truncation if truncate is None else truncate
 
 
 def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
