@@ -470,3 +470,100 @@ def test_cross_encoder_export_scores_as_predict(tmp_path: Path) -> None:
         (logits,) = session.run(["logits"], feeds)
         got.append(activate(classifier_activation(manifest.data) or "identity", logits)[0, 0])
     np.testing.assert_allclose(np.array(got), model.predict(pairs), atol=EXACT, rtol=0)
+
+
+# -- real weights ----------------------------------------------------------------------------------------
+
+WORDS = [
+    "the",
+    "weather",
+    "is",
+    "nice",
+    "today",
+    "and",
+    "i",
+    "agree",
+    "with",
+    "you",
+    "about",
+    "the",
+    "plan",
+    "for",
+    "café",
+    "résumé",
+    "naïve",
+    "北京",
+    "東京",
+    "market",
+    "prices",
+    "rose",
+    "3.5%",
+    "in",
+    "2024",
+    "while",
+    "researchers",
+    "published",
+    "results",
+    "on",
+    "language",
+    "models",
+]
+
+
+def mixed_texts(n: int = 240, seed: int = 0) -> list[str]:
+    """``n`` seeded texts from 1 to ~450 words (a tenth over MiniLM's 256-token limit), unicode and digits."""
+    rng = np.random.default_rng(seed)
+    texts = []
+    for i in range(n):
+        words = int(rng.integers(300, 450)) if i % 10 == 0 else int(rng.integers(1, 40))
+        texts.append(" ".join(rng.choice(WORDS, size=words)).capitalize() + ".")
+    return texts
+
+
+def embed_export(export: Path, texts: list[str], variant: str = "fp32", batch: int = 16) -> np.ndarray:
+    """The export's default embedding of ``texts``: its tokenizer, graph and recorded pipeline."""
+    from tokenizers import Tokenizer
+
+    from bertonnx.manifest import VARIANT_FILES
+    from bertonnx.session import open_variant_session
+
+    pipeline = read_pipeline(read_manifest(export).data, export)
+    assert pipeline is not None
+    tokenizer = Tokenizer.from_file(str(export / "tokenizer.json"))
+    tokenizer.enable_truncation(pipeline.max_seq_length)
+    session = open_variant_session(export / VARIANT_FILES[variant], variant, RuntimeOptions())
+    out = []
+    for start in range(0, len(texts), batch):
+        encodings = [tokenizer.encode(t) for t in texts[start : start + batch]]
+        length = max(len(e.ids) for e in encodings)
+        feeds = {
+            k: np.zeros((len(encodings), length), np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")
+        }
+        for row, enc in enumerate(encodings):
+            feeds["input_ids"][row, : len(enc.ids)] = enc.ids
+            feeds["attention_mask"][row, : len(enc.ids)] = 1
+        (states,) = session.run(["last_hidden_state"], feeds)
+        out.append(pipeline.run(states, feeds["attention_mask"]))
+    return np.concatenate(out)
+
+
+@pytest.mark.slow
+def test_minilm_folder_exported_without_flags_gives_encode(
+    minilm_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The real all-MiniLM-L6-v2 folder, exported without flags: its default embedding is ``encode``'s (mean
+    pooling, Normalize, cut at max_seq_length 256), not the pooler output it gave before."""
+    outdir = tmp_path_factory.mktemp("minilm-st") / "model"
+    run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint)), log=lambda message: None)
+    block = read_manifest(outdir).data["sentence_transformers"]
+    assert block["max_seq_length"] == 256
+    assert [s["type"] for s in block["steps"]] == ["pooling", "normalize"]
+    texts = mixed_texts()
+    model = SentenceTransformer(str(minilm_checkpoint), device="cpu")
+    assert sum(len(model.tokenizer(t)["input_ids"]) > 256 for t in texts) >= 20
+    expected = model.encode(texts, batch_size=32)
+    for variant, limit in (("fp32", 0.99999), ("bf16", 0.999)):
+        got = embed_export(outdir, texts, variant)
+        cosines = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
+        assert cosines.min() >= limit, (variant, cosines.min())
+    np.testing.assert_allclose(embed_export(outdir, texts), expected, atol=EXACT, rtol=0)
