@@ -474,40 +474,8 @@ def test_cross_encoder_export_scores_as_predict(tmp_path: Path) -> None:
 
 # -- real weights ----------------------------------------------------------------------------------------
 
-WORDS = [
-    "the",
-    "weather",
-    "is",
-    "nice",
-    "today",
-    "and",
-    "i",
-    "agree",
-    "with",
-    "you",
-    "about",
-    "the",
-    "plan",
-    "for",
-    "café",
-    "résumé",
-    "naïve",
-    "北京",
-    "東京",
-    "market",
-    "prices",
-    "rose",
-    "3.5%",
-    "in",
-    "2024",
-    "while",
-    "researchers",
-    "published",
-    "results",
-    "on",
-    "language",
-    "models",
-]
+_SENTENCE = "the weather is nice today and i agree with you about the plan for café résumé naïve 北京 東京 market "
+WORDS = (_SENTENCE + "prices rose 3.5% in 2024 while researchers published results on language models").split()
 
 
 def mixed_texts(n: int = 240, seed: int = 0) -> list[str]:
