@@ -33,6 +33,7 @@ __all__ = [
     "NormalizeStep",
     "PoolingStep",
     "SentencePipeline",
+    "SpladeStep",
     "activate",
     "check_dimensions",
     "classifier_activation",
@@ -40,12 +41,16 @@ __all__ = [
     "pool",
     "prompt_length",
     "read_pipeline",
+    "sparse_pairs",
 ]
 
 #: The manifest block this module reads.
 BLOCK = "sentence_transformers"
 #: ``config_sentence_transformers.json``'s ``model_type`` values an export may record.
-MODEL_TYPES = ("SentenceTransformer", "CrossEncoder")
+MODEL_TYPES = ("SentenceTransformer", "CrossEncoder", "SparseEncoder")
+#: SPLADE pooling strategies and activations (sentence-transformers' ``SpladePooling``).
+SPLADE_POOLING = ("max", "sum")
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 #: Every pooling mode of sentence-transformers' ``Pooling``, in the order it concatenates them.
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 #: ``torch.nn.functional.normalize``'s floor on the norm.
@@ -132,7 +137,55 @@ class NormalizeStep:
     """sentence-transformers' ``Normalize``: each vector to unit L2 norm."""
 
 
-Step = PoolingStep | DenseStep | NormalizeStep
+@dataclass(frozen=True)
+class SpladeStep:
+    """sentence-transformers' ``SpladePooling`` on the MLM logits of one text's tokens: ``log(1 + relu(logit))``
+    (applied twice for ``log1p_relu``), then the max or the sum over the tokens, one weight per vocabulary id."""
+
+    pooling_strategy: str = "max"
+    activation: str = "relu"
+
+    def __call__(self, token_logits: np.ndarray) -> np.ndarray:
+        """``[tokens, vocab]`` logits of one text's tokens (padding left out) -> ``[vocab]`` float32 weights."""
+        if self.pooling_strategy not in SPLADE_POOLING or self.activation not in SPLADE_ACTIVATIONS:
+            raise ValueError(
+                f"SPLADE pooling {self.pooling_strategy!r} with {self.activation!r}: expected one of "
+                f"{', '.join(SPLADE_POOLING)} with one of {', '.join(SPLADE_ACTIVATIONS)}"
+            )
+        logits = np.asarray(token_logits, dtype=np.float32)
+        if not len(logits):
+            return np.zeros(logits.shape[-1], dtype=np.float32)
+        if self.pooling_strategy == "max":  # log1p is increasing: the max first, log1p on one row only
+            values = np.log1p(np.maximum(logits.max(axis=0), 0.0))
+            values = np.log1p(values) if self.activation == "log1p_relu" else values
+        else:
+            values = np.log1p(np.maximum(logits, 0.0))
+            values = (np.log1p(values) if self.activation == "log1p_relu" else values).sum(axis=0)
+        result: np.ndarray = values.astype(np.float32)
+        return result
+
+
+def sparse_pairs(
+    weights: np.ndarray, *, top_k: int | None = None, threshold: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The non-zero vocabulary ids and weights of one sparse embedding, ids ascending: weights above
+    ``threshold`` only, then the ``top_k`` largest (``SparseEncoder.encode``'s ``max_active_dims``).
+
+    Raises:
+        ValueError: ``top_k`` below 1 or ``threshold`` negative.
+    """
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be 0 or more, got {threshold!r}")
+    ids = np.flatnonzero(weights > threshold)
+    if top_k is not None and len(ids) > top_k:
+        order = np.argsort(-weights[ids], kind="stable")[:top_k]
+        ids = np.sort(ids[order])
+    return ids.astype(np.int64), weights[ids].astype(np.float32)
+
+
+Step = PoolingStep | DenseStep | NormalizeStep | SpladeStep
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,9 +227,16 @@ class SentencePipeline:
                 names.append(f"pooling({'+'.join(step.modes)}{'' if step.include_prompt else ', without prompt'})")
             elif isinstance(step, DenseStep):
                 names.append(f"dense({step.in_features}->{step.out_features}, {step.activation})")
+            elif isinstance(step, SpladeStep):
+                names.append(f"splade({step.pooling_strategy}, {step.activation})")
             else:
                 names.append("normalize")
         return names
+
+    @property
+    def splade(self) -> SpladeStep | None:
+        """The SPLADE step of a SparseEncoder export (``None`` otherwise)."""
+        return next((s for s in self.steps if isinstance(s, SpladeStep)), None)
 
     def resolve_prompt(self, prompt: str | None = None, prompt_name: str | None = None) -> str | None:
         """The prompt text a call uses, as ``SentenceTransformer.encode`` resolves it: ``prompt`` itself; else
@@ -226,6 +286,8 @@ class SentencePipeline:
         Raises:
             ValueError: ``dimensions`` is not between 1 and the width.
         """
+        if self.splade is not None:
+            raise ValueError("a SparseEncoder export gives sparse embeddings: use its MLM logits and `splade`")
         width = check_dimensions(dimensions, self.dimension) if dimensions is not None else self.truncate_dim
         vectors = states
         for step in self.steps:
@@ -333,6 +395,8 @@ def _step(record: Mapping[str, Any], directory: Path, load: Callable[[str], np.n
         return PoolingStep(tuple(str(m) for m in record["modes"]), bool(record.get("include_prompt", True)))
     if kind == "normalize":
         return NormalizeStep()
+    if kind == "splade":
+        return SpladeStep(str(record.get("pooling_strategy", "max")), str(record.get("activation", "relu")))
     if kind == "dense":
         bias = record.get("bias_file")
         return DenseStep(

@@ -371,7 +371,9 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     if st_references:
         with _step(log, "verify the sentence-transformers pipeline against SentenceTransformer.encode"):
             for variant, record in records.items():
-                outputs = [gate.variant_outputs(staging / record["file"], variant, r.cases) for r in st_references]
+                outputs = [
+                    gate.variant_outputs(staging / record["file"], variant, r.cases, mlm_path) for r in st_references
+                ]
                 figures = sentence.pipeline_figures(st.block or {}, staging, st_references, outputs)
                 problems = sentence.pipeline_breaches(variant, figures)
                 record["parity"].update(figures, passed=record["parity"]["passed"] and not problems)

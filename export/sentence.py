@@ -28,7 +28,16 @@ from typing import Any
 
 import numpy as np
 
-from bertonnx.sentence import BLOCK, POOLING_MODES, SentencePipeline, prompt_length, read_pipeline
+from bertonnx.sentence import (
+    BLOCK,
+    MODEL_TYPES,
+    POOLING_MODES,
+    SPLADE_ACTIVATIONS,
+    SPLADE_POOLING,
+    SentencePipeline,
+    prompt_length,
+    read_pipeline,
+)
 
 from .errors import ExportError
 
@@ -64,9 +73,9 @@ TORCH_ACTIVATIONS = {
     "torch.nn.modules.activation.LeakyReLU": "leaky_relu",
 }
 #: Module class names bertonnx runs (``modules.json``'s ``type`` ends with one of these).
-SUPPORTED_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+SUPPORTED_MODULES = ("Transformer", "MLMTransformer", "Pooling", "Dense", "Normalize", "SpladePooling")
 #: ``sentence_bert_config.json``'s ``transformer_task`` values bertonnx runs.
-TRANSFORMER_TASKS = ("feature-extraction", "sequence-classification")
+TRANSFORMER_TASKS = ("feature-extraction", "sequence-classification", "fill-mask")
 #: sentence-transformers' default prompts of a SentenceTransformer (empty unless the folder says otherwise).
 DEFAULT_PROMPT_NAMES = ("query", "document")
 SIMILARITY_FUNCTIONS = ("cosine", "dot", "euclidean", "manhattan")
@@ -146,10 +155,11 @@ def read_folder(path: Path) -> SentenceFolder | None:
         raise ExportError(f"{modules_path} lists no modules; the sentence-transformers folder is broken")
     entries = sorted(entries, key=lambda e: int(e.get("idx", 0)))
     names = [_class_name(e, modules_path) for e in entries]
-    if names[0] != "Transformer" or "Transformer" in names[1:]:
+    transformers = ("Transformer", "MLMTransformer")
+    if names[0] not in transformers or any(n in transformers for n in names[1:]):
         raise ExportError(
-            f"{modules_path}: bertonnx runs one Transformer module first, then {', '.join(SUPPORTED_MODULES[1:])}; "
-            f"this folder's modules are {', '.join(names)}"
+            f"{modules_path}: bertonnx runs one Transformer module first, then Pooling, Dense, Normalize (or "
+            f"SpladePooling); this folder's modules are {', '.join(names)}"
         )
     checkpoint = path / str(entries[0].get("path", ""))
     transformer_config: dict[str, Any] = {}
@@ -157,19 +167,27 @@ def read_folder(path: Path) -> SentenceFolder | None:
         if (checkpoint / name).is_file():
             transformer_config = _read_json(checkpoint / name)
             break
-    task = transformer_config.get("transformer_task", "feature-extraction")
+    default_task = "fill-mask" if names[0] == "MLMTransformer" else "feature-extraction"
+    task = transformer_config.get("transformer_task", default_task)
     if task not in TRANSFORMER_TASKS:
         raise ExportError(
             f"{checkpoint}: the Transformer module's transformer_task is {task!r}; bertonnx runs "
-            f"{', '.join(TRANSFORMER_TASKS)} (a SparseEncoder's fill-mask pipeline is not exported yet)"
+            f"{', '.join(TRANSFORMER_TASKS)}"
         )
     model_type = str(st_config.get("model_type") or "SentenceTransformer")
     if task == "sequence-classification":
         model_type = "CrossEncoder"
-    if model_type not in ("SentenceTransformer", "CrossEncoder"):
-        raise ExportError(f"{path / ST_CONFIG_FILE}: model_type {model_type!r} is not one bertonnx exports yet")
+    elif task == "fill-mask" or "SpladePooling" in names:
+        model_type = "SparseEncoder"
+    if model_type not in MODEL_TYPES:
+        raise ExportError(f"{path / ST_CONFIG_FILE}: model_type {model_type!r} is not one bertonnx exports")
+    if model_type == "SparseEncoder" and (task != "fill-mask" or names[1:] != ["SpladePooling"]):
+        raise ExportError(
+            f"{modules_path}: bertonnx runs a SparseEncoder as a fill-mask Transformer then SpladePooling; this "
+            f"folder's modules are {', '.join(names)} ({task})"
+        )
     modules = [(name, path / str(e.get("path", ""))) for name, e in zip(names[1:], entries[1:], strict=True)]
-    if model_type == "SentenceTransformer" and "Pooling" not in names:
+    if model_type == "SentenceTransformer" and ("Pooling" not in names or "SpladePooling" in names):
         raise ExportError(f"{modules_path}: no Pooling module; bertonnx needs one to make one vector per text")
     return SentenceFolder(path, checkpoint, model_type, modules, transformer_config, st_config)
 
@@ -319,7 +337,9 @@ def _dense_step(index: int, directory: Path, width: int, staging: Path) -> tuple
     return record, out_features
 
 
-def build_block(folder: SentenceFolder, *, hidden_size: int, length: int, staging: Path) -> dict[str, Any]:
+def build_block(
+    folder: SentenceFolder, *, hidden_size: int, length: int, staging: Path, vocab_size: int = 0
+) -> dict[str, Any]:
     """The manifest's ``sentence_transformers`` block; dense weights are written into ``staging``.
 
     Raises:
@@ -342,15 +362,25 @@ def build_block(folder: SentenceFolder, *, hidden_size: int, length: int, stagin
         elif name == "Dense":
             record, width = _dense_step(index, directory, width, staging)
             steps.append(record)
+        elif name == "SpladePooling":
+            config = _read_json(directory / "config.json")
+            strategy = config.get("pooling_strategy", "max")
+            activation = config.get("activation_function", "relu")
+            if strategy not in SPLADE_POOLING or activation not in SPLADE_ACTIVATIONS:
+                raise ExportError(
+                    f"{directory}: SpladePooling {strategy!r} with {activation!r} is not one bertonnx runs"
+                )
+            steps.append({"type": "splade", "pooling_strategy": strategy, "activation": activation})
+            width = vocab_size
         else:
             steps.append({"type": "normalize"})
     config = folder.st_config
-    prompts = {name: "" for name in DEFAULT_PROMPT_NAMES} if folder.model_type == "SentenceTransformer" else {}
+    prompts = {name: "" for name in DEFAULT_PROMPT_NAMES} if folder.model_type != "CrossEncoder" else {}
     prompts.update({str(k): "" if v is None else str(v) for k, v in (config.get("prompts") or {}).items()})
     default = config.get("default_prompt_name")
     if default is not None and default not in prompts:
         raise ExportError(f"{folder.root / ST_CONFIG_FILE}: default_prompt_name {default!r} is not among its prompts")
-    similarity = config.get("similarity_fn_name") or "cosine"
+    similarity = config.get("similarity_fn_name") or ("dot" if folder.model_type == "SparseEncoder" else "cosine")
     if similarity not in SIMILARITY_FUNCTIONS:
         raise ExportError(f"{folder.root / ST_CONFIG_FILE}: similarity_fn_name {similarity!r} is unknown")
     truncate_dim = config.get("truncate_dim")
@@ -400,10 +430,19 @@ def prepare(model: str, revision: str | None, source: Any, staging: Path) -> Pre
         if not source.row.architecture.endswith("ForSequenceClassification"):
             return Prepared(folder)  # --task exported something else: no cross-encoder to describe
         task["activation"] = cross_encoder_activation(folder, int(config.num_labels))
+    if folder.model_type == "SparseEncoder" and not source.row.has_mlm:
+        raise ExportError(
+            f"{path} is a SparseEncoder, which needs the MLM head; {source.row.architecture} has none "
+            "(leave out --task, or pass --task fill-mask)"
+        )
+    if folder.model_type == "SparseEncoder":
+        task["tasks"] = [*source.row.runtime_tasks(None), "embed_sparse"]
     if bool(folder.transformer_config.get("do_lower_case", False)):
         lowercase_tokenizer(source.tokenizer)
     length = max_seq_length(folder, int(source.tokenizer.model_max_length), int(config.max_position_embeddings))
-    block = build_block(folder, hidden_size=int(config.hidden_size), length=length, staging=staging)
+    block = build_block(
+        folder, hidden_size=int(config.hidden_size), length=length, staging=staging, vocab_size=int(config.vocab_size)
+    )
     return Prepared(folder, block, task)
 
 
@@ -443,7 +482,7 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
             module (max_seq_length, prompts, truncate_dim).
     """
     try:
-        from sentence_transformers import SentenceTransformer
+        from sentence_transformers import SentenceTransformer, SparseEncoder
     except ImportError:
         raise ExportError(
             "checking a sentence-transformers folder needs sentence-transformers: pip install "
@@ -453,13 +492,16 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
 
     from .gate import make_case
 
-    model = SentenceTransformer(str(folder.root), device="cpu", local_files_only=True)
+    sparse = block["model_type"] == "SparseEncoder"
+    model_class = SparseEncoder if sparse else SentenceTransformer
+    model = model_class(str(folder.root), device="cpu", local_files_only=True)
     pipeline = _pipeline(block, tokenizer_path.parent)
     found = {
         "max_seq_length": model.max_seq_length,
         "prompts": dict(model.prompts),
         "default_prompt_name": model.default_prompt_name,
-        "truncate_dim": model.truncate_dim,
+        "truncate_dim": getattr(model, "truncate_dim", None),
+        "similarity_fn_name": model.similarity_fn_name,
     }
     for key, value in found.items():
         if value != block[key]:
@@ -475,9 +517,14 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     results = []
     for name in names:
         prompt = pipeline.resolve_prompt(prompt_name=name)
-        expected = model.encode(texts, prompt_name=name, convert_to_numpy=True, batch_size=8)
+        if sparse:
+            expected = model.encode(texts, prompt_name=name, convert_to_sparse_tensor=False, batch_size=8).numpy()
+        else:
+            expected = model.encode(texts, prompt_name=name, convert_to_numpy=True, batch_size=8)
         tokens = prompt_length(tokenizer.encode(prompt).ids, special) if prompt else None
         cases = [make_case(f"text {i}", [tokenizer.encode((prompt or "") + t)]) for i, t in enumerate(texts)]
+        for case in cases if sparse else ():  # SPLADE: the MLM head on every token
+            case.masks = np.array([[0, i] for i in range(case.lengths[0])], dtype=np.int64)
         results.append(PipelineCase(name, tokens, cases, np.asarray(expected, dtype=np.float32)))
     return results
 
@@ -523,12 +570,17 @@ def pipeline_figures(
     pipeline = _pipeline(block, staging)
     worst, least = 0.0, 1.0
     for reference, values in zip(references, outputs, strict=True):
-        got = np.concatenate(
-            [
-                pipeline.run(v["last_hidden_state"], c.feeds["attention_mask"], prompt_tokens=reference.prompt_tokens)
-                for c, v in zip(reference.cases, values, strict=True)
-            ]
-        )
+        if pipeline.splade is not None:
+            got = np.stack([pipeline.splade(v["mlm_logits"]) for v in values])
+        else:
+            got = np.concatenate(
+                [
+                    pipeline.run(
+                        v["last_hidden_state"], c.feeds["attention_mask"], prompt_tokens=reference.prompt_tokens
+                    )
+                    for c, v in zip(reference.cases, values, strict=True)
+                ]
+            )
         expected = reference.expected
         if got.shape != expected.shape or not np.isfinite(got).all():
             return {"pipeline_max_abs": float("inf"), "pipeline_min_cosine": -1.0}

@@ -22,6 +22,7 @@ from bertonnx.manifest import read_manifest
 from bertonnx.options import RuntimeOptions
 from bertonnx.sentence import (
     SentencePipeline,
+    SpladeStep,
     activate,
     check_dimensions,
     classifier_activation,
@@ -29,6 +30,7 @@ from bertonnx.sentence import (
     pool,
     prompt_length,
     read_pipeline,
+    sparse_pairs,
 )
 from bertonnx_export import sentence as st_export
 from bertonnx_export.errors import ExportError
@@ -535,3 +537,74 @@ def test_minilm_folder_exported_without_flags_gives_encode(
         cosines = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
         assert cosines.min() >= limit, (variant, cosines.min())
     np.testing.assert_allclose(embed_export(outdir, texts), expected, atol=EXACT, rtol=0)
+
+
+# -- sparse (SPLADE) -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("strategy", "activation"), [("max", "relu"), ("sum", "log1p_relu")])
+def test_splade_step_matches_splade_pooling(strategy: str, activation: str) -> None:
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((2, 7, 50)).astype(np.float32) * 3
+    mask = np.array([[1] * 7, [1] * 4 + [0] * 3])
+    module = SpladePooling(strategy, activation).eval()
+    features = {"token_embeddings": torch.from_numpy(logits), "attention_mask": torch.from_numpy(mask)}
+    expected = module(features)["sentence_embedding"].numpy()
+    step = SpladeStep(strategy, activation)
+    got = np.stack([step(logits[0]), step(logits[1, :4])])
+    np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    ids, weights = sparse_pairs(got[0], top_k=5)
+    top = torch.topk(torch.from_numpy(got[0]), 5).indices.sort().values.numpy()
+    assert ids.tolist() == top.tolist()
+    np.testing.assert_array_equal(weights, got[0][top])
+    ids, _ = sparse_pairs(got[0], threshold=1.0)
+    assert ids.tolist() == np.flatnonzero(got[0] > 1.0).tolist()
+    with pytest.raises(ValueError, match="top_k must be a positive int or None, got 0"):
+        sparse_pairs(got[0], top_k=0)
+
+
+def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
+    """A SparseEncoder (fill-mask Transformer + SpladePooling) exports with its MLM head; the MLM head on every
+    token + :class:`SpladeStep` equals ``SparseEncoder.encode``, and top-k pruning its ``max_active_dims``."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import SpladePooling
+    from tokenizers import Tokenizer
+
+    from bertonnx.session import open_variant_session
+
+    checkpoint = build_tiny_checkpoint("BertForMaskedLM", tmp_path / "mlm")
+    transformer = models.Transformer(str(checkpoint), transformer_task="fill-mask", max_seq_length=48)
+    SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu").save(str(tmp_path / "se"))
+    model = SparseEncoder(str(tmp_path / "se"), device="cpu")
+    outdir = tmp_path / "export"
+    run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "se")), log=lambda message: None)
+    manifest = read_manifest(outdir)
+    assert "embed_sparse" in manifest.tasks
+    pipeline = read_pipeline(manifest.data, outdir)
+    assert pipeline is not None
+    assert pipeline.splade == SpladeStep("max", "relu")
+    assert pipeline.similarity_fn_name == "dot"
+    tokenizer = Tokenizer.from_file(str(outdir / "tokenizer.json"))
+    tokenizer.enable_truncation(pipeline.max_seq_length)
+    session = open_variant_session(outdir / "model.onnx", "fp32", RuntimeOptions())
+    head = open_variant_session(outdir / "mlm_head.onnx", "fp32", RuntimeOptions())
+    rows = []
+    for text in TEXTS:
+        ids = tokenizer.encode(text).ids
+        feeds = {
+            "input_ids": np.array([ids], np.int64),
+            "attention_mask": np.ones((1, len(ids)), np.int64),
+            "token_type_ids": np.zeros((1, len(ids)), np.int64),
+        }
+        (states,) = session.run(["last_hidden_state"], feeds)
+        (logits,) = head.run(["mlm_logits"], {"hidden_states": states[0]})
+        rows.append(pipeline.splade(logits))
+    expected = model.encode(TEXTS, convert_to_sparse_tensor=False).numpy()
+    np.testing.assert_allclose(np.stack(rows), expected, atol=EXACT, rtol=0)
+    pruned = model.encode(TEXTS, convert_to_sparse_tensor=False, max_active_dims=8).numpy()
+    for row, reference in zip(rows, pruned, strict=True):
+        ids, weights = sparse_pairs(row, top_k=8)
+        assert ids.tolist() == np.flatnonzero(reference).tolist()
+        np.testing.assert_allclose(weights, reference[ids], atol=EXACT, rtol=0)
