@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Collection, Iterable, Iterator, Mapping, MappingView, Sequence, Set
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -27,6 +27,7 @@ from .batching import (
     iter_chunks,
 )
 from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
+from .inputs import as_texts, checked_texts, text_list
 from .manifest import (
     INPUT_NAMES,
     ONNXRUNTIME_BACKEND,
@@ -40,13 +41,15 @@ from .manifest import (
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
 from .session import build_session, open_variant_session, release_freed_memory, run_options
-from .tasks import POOLING_MODES, Embed, Graph, Nsp
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN, answer_questions
-from .tasks.classify import Classify, LabelScore, RankedIndex, default_function, rank_labels, rank_texts
-from .tasks.fill_mask import FillMask, MaskFill, check_masks
+from .tasks import DEFAULT_POOLING, POOLING_MODES, Graph, make_task
+from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
+from .tasks.base import check_positive_int, encoder_for
+from .tasks.choose import Choice
+from .tasks.classify import LabelScore, RankedIndex
+from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
 from .tasks.graph import assemble
-from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings, check_ignore_labels, tag_texts
-from .tokenizer import SPECIAL_TOKENS_PAIR, TextTokenizer
+from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
+from .tokenizer import TextTokenizer
 from .windows import Windowing
 
 if TYPE_CHECKING:
@@ -70,37 +73,6 @@ DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 #: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
 #: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
 VERIFY_MODES = ("size", "sha256")
-
-
-def _as_texts(value: object, name: str) -> Iterable[str]:
-    """A single string becomes one input; lists, tuples, arrays of str and other ordered iterables
-    (generators too) pass through, checked lazily. Sets (no order for the results to follow), mappings and
-    their views (a dict would be read as its keys) are refused."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (Mapping, MappingView)):
-        raise TypeError(
-            f"{name} is a {type(value).__name__}: a mapping or a view of one is not taken as texts (a dict "
-            "would be read as its keys); pass a list of str, e.g. list(d.values())"
-        )
-    if isinstance(value, Set):
-        raise TypeError(
-            f"{name} is a {type(value).__name__}, which has no order for the results to follow; pass a list "
-            "of str, e.g. sorted(...)"
-        )
-    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
-        raise TypeError(f"{name} must be a str or an iterable of str, got {type(value).__name__}")
-    return value
-
-
-def _checked(items: Iterable[object], name: str) -> Iterator[str]:
-    for index, item in enumerate(items):
-        if not isinstance(item, str):
-            got = "None" if item is None else type(item).__name__
-            raise TypeError(f"{name}[{index}] is {got}; every input must be a str")
-        yield item
-
-
 #: The token ``fill_mask`` predicts.
 MASK_TOKEN = "[MASK]"
 
@@ -115,18 +87,6 @@ def _clean_up_spaces(manifest: Manifest) -> bool:
     except (OSError, ValueError):
         return True
     return bool(config.get("clean_up_tokenization_spaces", True)) if isinstance(config, dict) else True
-
-
-def _check_top_k(value: object, name: str = "top_k") -> int:
-    return _check_positive_int(value, name)
-
-
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
 
 
 class BertOnnx:
@@ -222,7 +182,8 @@ class BertOnnx:
         #: Runtime tasks this export offers (``graph``, the raw outputs, is always offered too).
         self.tasks: tuple[str, ...] = manifest.tasks
         self._mlm_session: ort.InferenceSession | None = None
-        self._mask_token_id: int | None = None
+        #: The id of the token ``fill_mask`` predicts, when the export has an MLM head (else ``None``).
+        self.mask_token_id: int | None = None
         mlm = manifest.mlm_head
         if mlm is not None and "fill_mask" in self.tasks:
             head_path, *_ = [
@@ -230,8 +191,8 @@ class BertOnnx:
             ]
             self._mlm_session = build_session(head_path, options)
             self._mlm_names = (mlm.input, mlm.output)
-            self._mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
-            if self._mask_token_id is None:
+            self.mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
+            if self.mask_token_id is None:
                 raise ModelDirectoryError(
                     f"{tokenizer_path} has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
                 )
@@ -253,42 +214,7 @@ class BertOnnx:
         weights = "RANDOM weights" if self.manifest.random_weights else "pretrained weights"
         return f"BertOnnx({str(self.manifest.directory)!r}, variant={self.variant!r}, {weights})"
 
-    # -- inputs ---------------------------------------------------------------------------------------
-
-    def _check_call(self, batch_size: object, truncation: object, max_length: object) -> None:
-        _check_positive_int(batch_size, "batch_size")
-        if not isinstance(truncation, bool):
-            raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
-        max_length = _check_positive_int(max_length, "max_length")
-        if not 2 <= max_length <= self.max_length:
-            raise ValueError(
-                f"max_length must be between 2 and the model's {self.max_length} positions, got {max_length}"
-            )
-
-    def _batches(
-        self,
-        texts: object,
-        text_pairs: object,
-        batch_size: int,
-        truncation: bool,
-        max_length: int,
-        max_batch_tokens: int,
-        mask_token_id: int | None = None,
-    ) -> Iterator[Batch]:
-        self._check_call(batch_size, truncation, max_length)
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        first = _checked(_as_texts(texts, "texts"), "texts")
-        second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
-
-        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
-            encodings = self.tokenizer.encode(
-                chunk, pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
-            if mask_token_id is not None:
-                check_masks(encodings, mask_token_id, start)
-            return encodings
-
-        return driver.stream(encode, first, second, limits)
+    # -- running the graph ------------------------------------------------------------------------------
 
     def encode(
         self,
@@ -318,14 +244,10 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation (the
                 message names its index and token count), or ``max_length`` is out of range.
         """
-        self._check_call(1, truncation, max_length)
-        first = _checked(_as_texts(texts, "texts"), "texts")
-        second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
+        encoder = encoder_for(self, truncation, max_length)
         encodings: list[Encoding] = []
-        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
-            encodings += self.tokenizer.encode(
-                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
+        for start, chunk, chunk_pairs in self._chunks(texts, text_pairs):
+            encodings += encoder.prepare(chunk, chunk_pairs, start).units
         return encodings
 
     def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -333,10 +255,9 @@ class BertOnnx:
 
         Args:
             batch: from :func:`bertonnx.batching.make_batch`.
-            outputs: names among the graph's outputs (:attr:`output_names`: ``last_hidden_state``
-                ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``, ``nsp_logits`` ``[b, 2]``, ``logits``
-                ``[b, num_labels]`` ..., all float32); default: those of ``OUTPUT_NAMES`` the graph gives.
-                Asking for fewer saves copying the rest.
+            outputs: names among the graph's outputs (:attr:`output_names`; shapes in
+                :data:`bertonnx.table.OUTPUTS`, all float32); default: those of ``OUTPUT_NAMES`` the graph
+                gives. Asking for fewer saves copying the rest.
 
         Raises:
             ValueError: an unknown output name.
@@ -350,6 +271,63 @@ class BertOnnx:
         if self.options.release_memory:
             release_freed_memory()
         return dict(zip(outputs, values, strict=True))
+
+    def run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
+        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits.
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+        """
+        if self._mlm_session is None:
+            raise HeadMissingError.for_task("fill_mask", self.manifest.architecture, self.tasks)
+        name_in, name_out = self._mlm_names
+        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
+        result: np.ndarray = logits
+        return result
+
+    def task(self, name: str, **options: Any) -> Any:
+        """The task ``name`` on this export, with ``options`` checked (:func:`bertonnx.tasks.make_task`); run it
+        with :meth:`run_task`, or hand its units to a scheduler of your own.
+
+        Raises:
+            HeadMissingError: the export lacks the task's head.
+            TypeError, ValueError: an unknown task or a bad option.
+        """
+        return make_task(self, name, **options)
+
+    def run_task(
+        self,
+        task: Any,
+        first: object,
+        second: object = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        name: str = "texts",
+    ) -> list[Any]:
+        """Every input's answer from ``task``'s steps, in the caller's order (:func:`bertonnx.driver.answers`).
+
+        Args:
+            task: from :meth:`task`.
+            first: the inputs (a string or an iterable of strings, read 512 at a time).
+            second: per input its second part (a pair's second text, a context ...), or ``None``.
+            batch_size: units per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+            name: what ``first`` is called in error messages.
+
+        Raises:
+            TypeError, ValueError: as the task's ``prepare`` and the batch limits.
+        """
+        check_positive_int(batch_size, "batch_size")
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        return list(driver.answers(self.run_batch, task, self._chunks(first, second, name), limits))
+
+    def _chunks(
+        self, first: object, second: object, name: str = "texts"
+    ) -> Iterator[tuple[int, list[str], list[Any] | None]]:
+        texts = checked_texts(as_texts(first, name), name)
+        pairs = None if second is None else checked_texts(as_texts(second, "text_pairs"), "text_pairs")
+        return iter_chunks(texts, pairs, TOKENIZE_CHUNK_TEXTS)
 
     # -- calls ----------------------------------------------------------------------------------------
 
@@ -389,8 +367,17 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
+        check_positive_int(batch_size, "batch_size")
+        encoder = encoder_for(self, truncation, max_length)
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
         names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
-        batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
+
+        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
+            return encoder.prepare(chunk, pairs, start).units
+
+        first = checked_texts(as_texts(texts, "texts"), "texts")
+        second = None if text_pairs is None else checked_texts(as_texts(text_pairs, "text_pairs"), "text_pairs")
+        batches = driver.stream(encode, first, second, limits)
         parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
         widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
         outputs, lengths = assemble(parts, names, widths)
@@ -432,24 +419,25 @@ class BertOnnx:
             A float for two strings, else a ``[n]`` float32 array.
 
         Raises:
+            HeadMissingError: the export has no NSP head.
             TypeError: one argument is a string and the other a list, an argument is a set, mapping or dict
                 view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
-        self.require("nsp")
-        _as_texts(text_a, "text_a")
-        _as_texts(text_b, "text_b")
+        task = self.task("nsp", truncation=truncation)
+        as_texts(text_a, "text_a")
+        as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
-        batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
-        probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
+        found = self.run_task(task, text_a, text_b, batch_size=batch_size)
+        probability = np.asarray(found, dtype=np.float32).reshape(len(found))
         return float(probability[0]) if single else probability
 
     def embed(
         self,
         texts: str | Iterable[str],
-        pooling: str = "pooler",
+        pooling: str = DEFAULT_POOLING,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         truncation: bool = False,
@@ -472,13 +460,11 @@ class BertOnnx:
         Raises:
             ValueError: unknown ``pooling``; a text too long without truncation.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
+            HeadMissingError: ``pooler`` asked of an export without a pooler.
         """
-        task = Embed(pooling, normalize)
-        if pooling == "pooler" and "pooler_output" not in self._output_names:
-            self._require("embed", has_head=False)
-        batches = self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens)
-        empty = np.zeros((0, self.hidden_size), dtype=np.float32)
-        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+        task = self.task("embed", pooling=pooling, normalize=normalize, truncation=truncation, max_length=max_length)
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return np.stack(found) if found else np.zeros((0, self.hidden_size), dtype=np.float32)
 
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
@@ -494,11 +480,16 @@ class BertOnnx:
             has_head = has_head and self.manifest.num_labels == 1
         elif task == "fill_mask":
             has_head = has_head and self._mlm_session is not None
-        self._require(task, has_head=has_head)
-
-    def _require(self, task: str, *, has_head: bool) -> None:
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
+
+    def require_task(self, task: str) -> None:
+        """Raise unless the export offers ``task`` (the same check as :meth:`require`).
+
+        Raises:
+            HeadMissingError: the export lacks the task's head.
+        """
+        self.require(task)
 
     @overload
     def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -544,15 +535,11 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or
                 ``top_k`` is below 1.
         """
-        self.require("classify")
-        if top_k is not None:
-            _check_top_k(top_k)
+        task = self.task("classify", top_k=top_k, truncation=truncation)
         single = isinstance(texts, str)
         if pairs is not None and single != isinstance(pairs, str):
             raise TypeError("texts and pairs must both be strings or both be lists of strings")
-        labels = self.labels
-        scores = self.classify_scores(texts, pairs, truncation=truncation)
-        ranked = [rank_labels(row, labels, top_k) for row in scores]
+        ranked = self.run_task(task, texts, pairs)
         return ranked[0] if single else ranked
 
     def classify_scores(
@@ -574,12 +561,9 @@ class BertOnnx:
             HeadMissingError: the export has no classification head.
             ValueError, TypeError: as :meth:`classify`.
         """
-        self.require("classify")
-        num_labels = self.manifest.num_labels or 0
-        task = Classify(function or default_function(self.manifest.problem_type, num_labels))
-        batches = self._batches(texts, pairs, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
-        empty = np.zeros((0, num_labels), dtype=np.float32)
-        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+        task = self.task("classify", function=function, rank=False, top_k=None, truncation=truncation)
+        found = self.run_task(task, texts, pairs, batch_size=batch_size)
+        return np.stack(found) if found else np.zeros((0, len(self.labels)), dtype=np.float32)
 
     @property
     def labels(self) -> list[str]:
@@ -616,20 +600,14 @@ class BertOnnx:
             TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
             ValueError: a pair is too long without truncation.
         """
-        self.require("rerank")
+        task = self.task("rerank", raw_scores=raw_scores, truncation=truncation)
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
-        items = list(_checked(_as_texts(texts, "texts"), "texts"))
-        scores = self.classify_scores(
-            [query] * len(items),
-            items,
-            function="none" if raw_scores else "sigmoid",
-            truncation=truncation,
-            batch_size=batch_size,
-        )
-        return rank_texts(scores[:, 0])
+        items = text_list(texts, "texts")
+        result: list[RankedIndex] = task.rank(self.run_task(task, [query] * len(items), items, batch_size=batch_size))
+        return result
 
     @overload
     def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -642,7 +620,7 @@ class BertOnnx:
     ) -> list[list[list[MaskFill]]]: ...
 
     def fill_mask(
-        self, texts: str | Iterable[str], *, top_k: int = 5, truncation: bool = False
+        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
     ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
         """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
         scores and fields).
@@ -665,32 +643,8 @@ class BertOnnx:
             ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
                 truncation, or ``top_k`` is below 1.
         """
-        self.require("fill_mask")
-        _check_top_k(top_k)
-        task = self.fill_mask_task(top_k)
-        batches = self._batches(
-            texts, None, DEFAULT_BATCH_SIZE, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS, task.mask_token_id
-        )
-        answers = driver.list_in_order(driver.run(self.run_batch, task, batches))
+        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
         return answers[0] if isinstance(texts, str) else answers
-
-    def fill_mask_task(self, top_k: int = 5) -> FillMask:
-        """The ``fill_mask`` task on this export's MLM head (the server's engine runs it too).
-
-        Raises:
-            HeadMissingError: the export has no MLM head.
-        """
-        self.require("fill_mask")
-        assert self._mask_token_id is not None  # set whenever the MLM session is
-        return FillMask(self._run_mlm_head, self.tokenizer.decode, self._mask_token_id, _check_top_k(top_k))
-
-    def _run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
-        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits."""
-        assert self._mlm_session is not None
-        name_in, name_out = self._mlm_names
-        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
-        result: np.ndarray = logits
-        return result
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512
@@ -705,22 +659,15 @@ class BertOnnx:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if pair is not None and not isinstance(pair, str):
             raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
-        self._check_call(1, truncation, max_length)
         (encoding,) = self.tokenizer.encode(
-            [text], None if pair is None else [pair], truncation=truncation, max_length=max_length
+            [text],
+            None if pair is None else [pair],
+            truncation=truncation,
+            max_length=encoder_for(self, truncation, max_length).max_length,
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))
 
-    # -- token classification and question answering (bertonnx.tasks.tag, bertonnx.tasks.answer) -------
-
-    def require_task(self, task: str) -> None:
-        """Raise unless the export offers ``task`` (one of ``Manifest.tasks``, e.g. ``tag``, ``answer``).
-
-        Raises:
-            HeadMissingError: the export lacks the task's head; the message names what it was exported from,
-                the tasks it offers and the checkpoint to export instead.
-        """
-        self._require(task, has_head=task in self.tasks)
+    # -- token classification, question answering, multiple choice (bertonnx.tasks) ---------------------
 
     @cached_property
     def windowing(self) -> Windowing:
@@ -805,28 +752,9 @@ class BertOnnx:
             ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
                 longer than the model's positions without ``stride``.
         """
-        self.require_task("tag")
-        ignore = check_ignore_labels(ignore_labels)
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        single = isinstance(texts, str)
-        found: list[list[dict[str, Any]]] = []
-        for start, chunk, _ in iter_chunks(_checked(_as_texts(texts, "texts"), "texts"), None, TOKENIZE_CHUNK_TEXTS):
-            found += tag_texts(
-                self.run_batch,
-                self.windowing,
-                self.token_strings,
-                self.labels,
-                chunk,
-                max_length=self.max_length,
-                limits=limits,
-                aggregation_strategy=aggregation_strategy,
-                ignore_labels=ignore,
-                stride=stride,
-                first_index=start,
-            )
-        if single:
-            return found[0]
-        return found
+        task = self.task("tag", aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels, stride=stride)
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return found[0] if isinstance(texts, str) else found
 
     def answer(
         self,
@@ -874,41 +802,89 @@ class BertOnnx:
                 window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
                 ``max_answer_len`` < 1; ``max_seq_len`` out of range.
         """
-        self.require_task("answer")
-        window = self.qa_window if max_seq_len is None else max_seq_len
-        _check_positive_int(window, "max_seq_len")
-        if not SPECIAL_TOKENS_PAIR + 2 <= window <= self.max_length:
-            raise ValueError(
-                f"max_seq_len must be between {SPECIAL_TOKENS_PAIR + 2} and the model's {self.max_length} "
-                f"positions, got {window}"
-            )
-        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
-            raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
+        task = self.task(
+            "answer",
+            top_k=top_k,
+            max_answer_len=max_answer_len,
+            doc_stride=doc_stride,
+            handle_impossible_answer=handle_impossible_answer,
+            max_seq_len=max_seq_len,
+        )
         single = isinstance(question, str)
-        questions = list(_checked(_as_texts(question, "question"), "question"))
+        questions = text_list(question, "question")
         if isinstance(context, str):
             contexts = [context] * len(questions)
         elif single:
             raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
         else:
-            contexts = list(_checked(_as_texts(context, "context"), "context"))
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        cls_id = self.tokenizer.token_to_id("[CLS]")
-        found: list[list[dict[str, Any]]] = []
-        for start in range(0, max(len(questions), 1), TOKENIZE_CHUNK_TEXTS):
-            found += answer_questions(
-                self.run_batch,
-                self.windowing,
-                cls_id,
-                questions[start : start + TOKENIZE_CHUNK_TEXTS],
-                contexts[start : start + TOKENIZE_CHUNK_TEXTS],
-                max_length=window,
-                limits=limits,
-                doc_stride=doc_stride,
-                top_k=top_k,
-                max_answer_len=max_answer_len,
-                handle_impossible_answer=handle_impossible_answer,
-                first_index=start,
+            contexts = text_list(context, "context")
+        if len(questions) != len(contexts):
+            raise ValueError(
+                f"questions and contexts differ in length ({len(questions)} vs {len(contexts)}); pass one "
+                "context per question, or one context for all"
             )
-        shaped: list[Any] = [answers[0] if top_k == 1 and answers else answers for answers in found]
-        return shaped[0] if single else shaped
+        found = self.run_task(
+            task, questions, contexts, batch_size=batch_size, max_batch_tokens=max_batch_tokens, name="question"
+        )
+        return found[0] if single else found
+
+    @overload
+    def choose(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, context: str, choices: Sequence[str], *, truncation: bool = ...
+    ) -> Choice: ...
+
+    @overload
+    def choose(
+        self, context: Iterable[str], choices: Iterable[Sequence[str]], *, truncation: bool = ...
+    ) -> list[Choice]: ...
+
+    def choose(
+        self,
+        context: str | Iterable[str],
+        choices: Sequence[str] | Iterable[Sequence[str]],
+        *,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Choice | list[Choice]:
+        """The choice that best completes ``context``, by the checkpoint's multiple-choice head (the softmax
+        over the choices' logits, as ``torch.softmax(BertForMultipleChoice(...).logits, -1)``).
+
+        Args:
+            context: a context (question, sentence start), or an iterable of them.
+            choices: its choices (at least 2), or per context its list of choices.
+            truncation: cut ``(context, choice)`` pairs longer than the model's positions instead of raising.
+            batch_size: pairs per ``session.run`` at most.
+
+        Returns:
+            For one context ``{"index", "choice", "score", "scores"}``: the best choice's position, text and
+            probability, and every choice's probability in order; for an iterable, one per context.
+
+        Raises:
+            HeadMissingError: the export has no multiple-choice head.
+            TypeError: a context is not a string, or its choices not a list of strings.
+            ValueError: fewer than 2 choices; contexts and choice lists differ in number; a pair too long.
+        """
+        task = self.task("choose", truncation=truncation)
+        single = isinstance(context, str)
+        contexts = text_list(context, "context")
+        groups = [choices] if single else list(choices)
+        if len(groups) != len(contexts):
+            raise ValueError(
+                f"{len(contexts)} contexts but {len(groups)} lists of choices; give one list of choices per context"
+            )
+        found: list[Choice] = list(
+            driver.answers(
+                self.run_batch,
+                task,
+                [
+                    (
+                        start,
+                        contexts[start : start + TOKENIZE_CHUNK_TEXTS],
+                        groups[start : start + TOKENIZE_CHUNK_TEXTS],
+                    )
+                    for start in range(0, len(contexts), TOKENIZE_CHUNK_TEXTS)
+                ],
+                BatchLimits(max_batch_size=check_positive_int(batch_size, "batch_size")),
+            )
+        )
+        return found[0] if single else found
