@@ -40,8 +40,9 @@ from .manifest import (
 )
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
+from .sentence import SentencePipeline, read_pipeline
 from .session import build_session, open_variant_session, release_freed_memory, run_options
-from .tasks import DEFAULT_POOLING, POOLING_MODES, Graph, make_task
+from .tasks import POOLING_MODES, Graph, make_task
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int, encoder_for
 from .tasks.choose import Choice
@@ -204,6 +205,20 @@ class BertOnnx:
                 RandomWeightsWarning,
                 stacklevel=2,
             )
+
+    @cached_property
+    def sentence(self) -> SentencePipeline | None:
+        """The export's sentence-transformers pipeline (``sentence_transformers`` manifest block), or ``None``
+        (a plain transformers export, or one written before the block existed). Dense weights are read once,
+        each checked against the manifest's sha256."""
+        manifest = self.manifest
+
+        def load(name: str) -> np.ndarray:
+            path = manifest.record(name).verify(manifest.directory, check_hash=True)
+            array: np.ndarray = np.load(path, allow_pickle=False)
+            return array
+
+        return read_pipeline(manifest.data, manifest.directory, load)
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -437,34 +452,59 @@ class BertOnnx:
     def embed(
         self,
         texts: str | Iterable[str],
-        pooling: str = DEFAULT_POOLING,
+        pooling: str | None = None,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        truncation: bool = False,
-        max_length: int = 512,
-        normalize: bool = False,
+        truncation: bool | None = None,
+        max_length: int | None = None,
+        normalize: bool | None = None,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        dimensions: int | None = None,
     ) -> np.ndarray:
-        """One vector per text, ``[n, hidden]`` float32, with memory bounded for any number of texts.
+        """One vector per text, ``[n, width]`` float32, with memory bounded for any number of texts.
+
+        An export of a sentence-transformers folder embeds as the folder says by default (its pooling, dense
+        layers, Normalize, default prompt, ``truncate_dim``; texts cut to its ``max_seq_length``): the result
+        is ``SentenceTransformer(folder).encode(texts)``. Any other export pools with ``pooler`` and refuses
+        texts over the positions unless ``truncation``.
 
         Args:
             texts: a string or an iterable of strings.
-            pooling: ``pooler`` (trained pooler), ``cls`` ([CLS] state) or ``mean`` (mean of attended
-                tokens, including [CLS] and [SEP], as sentence-transformers does).
+            pooling: ``pipeline`` (the export's sentence-transformers pipeline), ``pooler`` (trained pooler),
+                ``cls`` ([CLS] state) or ``mean`` (mean of attended tokens, including [CLS] and [SEP]);
+                ``None``: the export's own (``pipeline`` when it has one, else ``pooler``).
             batch_size: texts per ``session.run`` at most.
-            truncation: cut texts longer than ``max_length`` instead of raising.
-            max_length: token limit including special tokens.
-            normalize: scale each vector to unit L2 norm.
+            truncation: cut texts longer than ``max_length`` instead of raising (default: on with the
+                pipeline, as ``encode``, else off).
+            max_length: token limit including special tokens (default: the pipeline's ``max_seq_length``,
+                else the model's positions).
+            normalize: scale each vector to unit L2 norm, after the cut to ``dimensions``.
             max_batch_tokens: padded tokens per ``session.run`` at most (an input longer than this runs alone).
+            prompt_name: one of the export's prompts (default: its ``default_prompt_name``).
+            prompt: a prompt text prepended to every text (instead of ``prompt_name``).
+            dimensions: keep each vector's first ``dimensions`` values (Matryoshka; default: the export's
+                ``truncate_dim``, else all).
 
         Raises:
-            ValueError: unknown ``pooling``; a text too long without truncation.
+            ValueError: unknown ``pooling`` or ``prompt_name``; a text too long without truncation;
+                ``dimensions`` not between 1 and the width.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
             HeadMissingError: ``pooler`` asked of an export without a pooler.
         """
-        task = self.task("embed", pooling=pooling, normalize=normalize, truncation=truncation, max_length=max_length)
+        task = self.task(
+            "embed",
+            pooling=pooling,
+            normalize=normalize,
+            truncation=truncation,
+            max_length=max_length,
+            prompt_name=prompt_name,
+            prompt=prompt,
+            dimensions=dimensions,
+        )
         found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
-        return np.stack(found) if found else np.zeros((0, self.hidden_size), dtype=np.float32)
+        return np.stack(found) if found else np.zeros((0, task.width(self.hidden_size)), dtype=np.float32)
 
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
@@ -493,7 +533,7 @@ class BertOnnx:
 
     @overload
     def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool = ...
+        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool | None = ...
     ) -> list[LabelScore]: ...
 
     @overload
@@ -503,7 +543,7 @@ class BertOnnx:
         pairs: Iterable[str] | None = ...,
         *,
         top_k: int | None = ...,
-        truncation: bool = ...,
+        truncation: bool | None = ...,
     ) -> list[list[LabelScore]]: ...
 
     def classify(
@@ -512,7 +552,7 @@ class BertOnnx:
         pairs: str | Iterable[str] | None = None,
         *,
         top_k: int | None = 1,
-        truncation: bool = False,
+        truncation: bool | None = None,
     ) -> list[LabelScore] | list[list[LabelScore]]:
         """Labels of each text (or pair) by the checkpoint's classification head, as
         ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
@@ -522,7 +562,9 @@ class BertOnnx:
             texts: a string or an iterable of strings.
             pairs: second sentences, one per text (segment id 1), or ``None``.
             top_k: labels per input, highest score first; ``None`` for every label.
-            truncation: cut inputs longer than the model's positions instead of raising.
+            truncation: cut inputs longer than the model's positions instead of raising (default: off; for an
+                export of a sentence-transformers CrossEncoder on, at its ``max_seq_length``, with its own
+                activation as the default function, as ``CrossEncoder.predict``).
 
         Returns:
             For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
@@ -548,7 +590,7 @@ class BertOnnx:
         pairs: str | Iterable[str] | None = None,
         *,
         function: str | None = None,
-        truncation: bool = False,
+        truncation: bool | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> np.ndarray:
         """Every label's score per input, ``[n, num_labels]`` float32, columns in ``id2label`` order.
@@ -577,7 +619,7 @@ class BertOnnx:
         query: str,
         texts: Iterable[str],
         *,
-        truncation: bool = False,
+        truncation: bool | None = None,
         raw_scores: bool = False,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[RankedIndex]:
@@ -588,7 +630,9 @@ class BertOnnx:
         Args:
             query: the query.
             texts: the texts to rank.
-            truncation: cut pairs longer than the model's positions (longest side first) instead of raising.
+            truncation: cut pairs longer than the model's positions (longest side first) instead of raising
+                (default: off; for an export of a sentence-transformers CrossEncoder on, at its
+                ``max_seq_length``, scored with its own activation, as ``CrossEncoder.rank``).
             raw_scores: give the logit instead of its sigmoid.
             batch_size: pairs per ``session.run`` at most.
 
