@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertonnx import BertOnnx
 from bertonnx.manifest import read_manifest
 from bertonnx.options import RuntimeOptions
 from bertonnx.sentence import (
@@ -400,11 +401,57 @@ def test_exported_pipeline_equals_encode(rich_folder: tuple[Path, SentenceTransf
     np.testing.assert_allclose(lower, upper, atol=1e-6)  # lower-cased as the folder asks
 
 
-def test_old_manifest_reads_no_pipeline(rich_export: Path) -> None:
-    data = dict(read_manifest(rich_export).data)
+@pytest.mark.parametrize("variant", ["fp32", "optimized"])
+def test_bertonnx_embed_defaults_to_the_pipeline(
+    rich_folder: tuple[Path, SentenceTransformer], rich_export: Path, variant: str
+) -> None:
+    """``BertOnnx(export).embed(texts)`` is ``encode(texts)``; prompts and ``dimensions`` as ``encode``'s
+    ``prompt_name`` / ``prompt`` / ``truncate_dim``; an explicit pooling still overrides."""
+    _, model = rich_folder
+    bert = BertOnnx(rich_export, variant)
+    assert bert.sentence is not None
+    assert bert.sentence.describe() == [
+        "pooling(weightedmean, without prompt)",
+        "dense(32->24, tanh)",
+        "dense(24->16, identity)",
+        "normalize",
+    ]
+    np.testing.assert_allclose(bert.embed(TEXTS), model.encode(TEXTS), atol=EXACT, rtol=0)
+    for options, theirs in (
+        ({"prompt_name": "document"}, {"prompt_name": "document"}),
+        ({"prompt": "x: "}, {"prompt": "x: "}),
+        ({"dimensions": 5, "normalize": True}, {"truncate_dim": 5, "normalize_embeddings": True}),
+    ):
+        np.testing.assert_allclose(bert.embed(TEXTS, **options), model.encode(TEXTS, **theirs), atol=EXACT, rtol=0)
+    assert bert.embed([]).shape == (0, 12)
+    plain = bert.embed(TEXTS[:3], pooling="mean")
+    assert plain.shape == (3, HIDDEN)
+    with pytest.raises(ValueError, match=r"dimensions must be between 1 and 16 \(this model's width\), got 17"):
+        bert.embed(TEXTS, dimensions=17)
+    with pytest.raises(ValueError, match="unknown prompt_name 'passage'; this model's prompts are 'query', 'document'"):
+        bert.embed(TEXTS, prompt_name="passage")
+
+
+def test_old_manifest_behaves_as_before(rich_export: Path, tmp_path: Path) -> None:
+    """An export written before the block (the same directory, its manifest without it) loads and embeds
+    exactly as before: pooler output, no prompt, no cut at max_seq_length."""
+    old = tmp_path / "old"
+    shutil.copytree(rich_export, old)
+    manifest_path = old / "bertonnx.json"
+    data = json.loads(manifest_path.read_text())
     data.pop("sentence_transformers")
-    assert read_pipeline(data, rich_export) is None
+    manifest_path.write_text(json.dumps(data))
+    assert read_pipeline(data, old) is None
     assert classifier_activation(data) is None
+    bert = BertOnnx(old, "fp32")
+    assert bert.sentence is None
+    short = TEXTS[:-1]
+    np.testing.assert_array_equal(bert.embed(short), bert.embed(short, pooling="pooler"))
+    np.testing.assert_allclose(bert.embed(short[2:3])[0], bert([short[2]]).pooler_output[0], atol=1e-6)
+    with pytest.raises(ValueError, match="more than max_length=512"):
+        bert.embed([LONG * 3])
+    with pytest.raises(ValueError, match="prompt_name 'query' needs an export of a sentence-transformers folder"):
+        bert.embed(short, prompt_name="query")
 
 
 # -- cross-encoders --------------------------------------------------------------------------------------
@@ -472,6 +519,14 @@ def test_cross_encoder_export_scores_as_predict(tmp_path: Path) -> None:
         (logits,) = session.run(["logits"], feeds)
         got.append(activate(classifier_activation(manifest.data) or "identity", logits)[0, 0])
     np.testing.assert_allclose(np.array(got), model.predict(pairs), atol=EXACT, rtol=0)
+    bert = BertOnnx(outdir, "optimized")
+    scores = bert.classify_scores([q for q, _ in pairs], [d for _, d in pairs])[:, 0]
+    np.testing.assert_allclose(scores, model.predict(pairs), atol=EXACT, rtol=0)
+    documents = [d for _, d in pairs]
+    ranked = bert.rerank(pairs[0][0], documents)
+    expected = model.rank(pairs[0][0], documents)
+    assert [r["index"] for r in ranked] == [r["corpus_id"] for r in expected]
+    np.testing.assert_allclose([r["score"] for r in ranked], [r["score"] for r in expected], atol=EXACT, rtol=0)
 
 
 # -- real weights ----------------------------------------------------------------------------------------
@@ -533,9 +588,10 @@ def test_minilm_folder_exported_without_flags_gives_encode(
     assert sum(len(model.tokenizer(t)["input_ids"]) > 256 for t in texts) >= 20
     expected = model.encode(texts, batch_size=32)
     for variant, limit in (("fp32", 0.99999), ("bf16", 0.999)):
-        got = embed_export(outdir, texts, variant)
+        got = BertOnnx(outdir, variant).embed(texts)  # no options: the folder's own pipeline
         cosines = np.sum(got * expected, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(expected, axis=1)
         assert cosines.min() >= limit, (variant, cosines.min())
+    np.testing.assert_allclose(BertOnnx(outdir).embed(texts), expected, atol=EXACT, rtol=0)
     np.testing.assert_allclose(embed_export(outdir, texts), expected, atol=EXACT, rtol=0)
 
 
