@@ -47,6 +47,7 @@ from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MA
 from .tasks.base import check_positive_int, encoder_for
 from .tasks.choose import Choice
 from .tasks.classify import LabelScore, RankedIndex
+from .tasks.embed_sparse import SparseVector
 from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
 from .tasks.graph import assemble
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
@@ -506,6 +507,40 @@ class BertOnnx:
         found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
         return np.stack(found) if found else np.zeros((0, task.width(self.hidden_size)), dtype=np.float32)
 
+    def embed_sparse(
+        self,
+        texts: str | Iterable[str],
+        *,
+        top_k: int | None = None,
+        threshold: float = 0.0,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncation: bool | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[SparseVector]:
+        """SPLADE: per text its non-zero vocabulary ids (ascending) and weights, equal to
+        ``SparseEncoder(folder).encode`` for an export of a sentence-transformers SparseEncoder folder.
+
+        Args:
+            top_k: keep the ``top_k`` largest weights (``encode``'s ``max_active_dims``); ``None``: all.
+            threshold: keep weights above this only.
+            prompt_name, prompt: as :meth:`embed`.
+            truncation: cut texts at the export's ``max_seq_length`` (default on, as ``encode``).
+
+        Raises:
+            HeadMissingError: the export is not of a SparseEncoder folder.
+            ValueError, TypeError: a bad option or text.
+        """
+        task = self.task(
+            "embed_sparse",
+            top_k=top_k,
+            threshold=threshold,
+            prompt_name=prompt_name,
+            prompt=prompt,
+            truncation=truncation,
+        )
+        return self.run_task(task, texts, batch_size=batch_size)
+
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
     def require(self, task: str) -> None:
@@ -518,7 +553,7 @@ class BertOnnx:
         has_head = task in self.tasks
         if task == "rerank":
             has_head = has_head and self.manifest.num_labels == 1
-        elif task == "fill_mask":
+        elif task in ("fill_mask", "embed_sparse"):
             has_head = has_head and self._mlm_session is not None
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)

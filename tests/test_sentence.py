@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertonnx import BertOnnx
+from bertonnx import BertOnnx, HeadMissingError
 from bertonnx.manifest import read_manifest
 from bertonnx.options import RuntimeOptions
 from bertonnx.sentence import (
@@ -635,6 +635,7 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
     SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu").save(str(tmp_path / "se"))
     model = SparseEncoder(str(tmp_path / "se"), device="cpu")
     outdir = tmp_path / "export"
+    run_export(ExportOptions(outdir=tmp_path / "plain", model=str(checkpoint), variants=("fp32",)), log=print)
     run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "se")), log=lambda message: None)
     manifest = read_manifest(outdir)
     assert "embed_sparse" in manifest.tasks
@@ -664,3 +665,12 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
         ids, weights = sparse_pairs(row, top_k=8)
         assert ids.tolist() == np.flatnonzero(reference).tolist()
         np.testing.assert_allclose(weights, reference[ids], atol=EXACT, rtol=0)
+    bert = BertOnnx(outdir, "optimized")  # the runtime's embed_sparse task: the same pairs
+    for options, reference_rows in (({}, expected), ({"top_k": 8}, pruned)):
+        for answer, reference in zip(bert.embed_sparse(TEXTS, **options), reference_rows, strict=True):
+            assert answer["indices"].tolist() == np.flatnonzero(reference).tolist()
+            np.testing.assert_allclose(answer["values"], reference[answer["indices"]], atol=EXACT, rtol=0)
+    with pytest.raises(ValueError, match="threshold must be a number >= 0, got -1"):
+        bert.embed_sparse(TEXTS, threshold=-1)
+    with pytest.raises(HeadMissingError):
+        BertOnnx(outdir.parent / "plain", "fp32").embed_sparse(TEXTS)
