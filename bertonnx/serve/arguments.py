@@ -21,6 +21,7 @@ from ..command import ArgumentParser, CommandError, port_number, positive_int
 from ..manifest import VARIANT_FILES
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
+from ..tasks.embed import PIPELINE_POOLING
 from .defaults import (
     API_KEY_ENV,
     DEFAULT_BATCH_WAIT_MS,
@@ -236,9 +237,10 @@ def add_serve_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pooling",
-        choices=POOLING_MODES,
-        default=DEFAULT_POOLING,
-        help=f"pooling when a request names none (default {DEFAULT_POOLING})",
+        choices=(*POOLING_MODES, PIPELINE_POOLING),
+        default=None,
+        help=f"pooling when a request names none (default: the export's own: its sentence-transformers "
+        f"pipeline, else {DEFAULT_POOLING})",
     )
     parser.add_argument("--model-name", default=None, help="name in KServe routes and answers (default: DIR's name)")
     parser.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
