@@ -674,3 +674,36 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
         bert.embed_sparse(TEXTS, threshold=-1)
     with pytest.raises(HeadMissingError):
         BertOnnx(outdir.parent / "plain", "fp32").embed_sparse(TEXTS)
+
+
+def test_server_routes_answer_as_encode(rich_folder: tuple[Path, SentenceTransformer], rich_export: Path) -> None:
+    """``/embed`` (TEI: unit length by default; ``prompt_name``, ``dimensions``) and ``/v1/embeddings`` (OpenAI's
+    ``dimensions``) of a sentence-transformers export give ``encode``'s vectors; ``/info`` shows the pipeline."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    _, model = rich_folder
+    with TestClient(create_app(rich_export, threads=1)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the server was not ready in time"
+            time.sleep(0.05)
+        info = client.get("/info").json()
+        assert info["pooling"] == "pipeline"
+        assert info["sentence_transformers"]["pipeline"][0] == "pooling(weightedmean, without prompt)"
+        assert info["sentence_transformers"]["similarity_fn_name"] == "cosine"
+        tei = client.post("/embed", json={"inputs": TEXTS}).json()
+        expected = model.encode(TEXTS, normalize_embeddings=True)
+        np.testing.assert_allclose(np.array(tei), expected, atol=EXACT, rtol=0)
+        tei = client.post("/embed", json={"inputs": TEXTS, "normalize": False, "prompt_name": "document"}).json()
+        np.testing.assert_allclose(np.array(tei), model.encode(TEXTS, prompt_name="document"), atol=EXACT, rtol=0)
+        body = {"input": TEXTS, "dimensions": 6}
+        data = client.post("/v1/embeddings", json=body).json()["data"]
+        expected = model.encode(TEXTS, truncate_dim=6, normalize_embeddings=True)
+        np.testing.assert_allclose(np.array([d["embedding"] for d in data]), expected, atol=EXACT, rtol=0)
+        bad = client.post("/embed", json={"inputs": "a", "prompt_name": "nope"})
+        assert bad.status_code == 422
+        assert "unknown prompt_name 'nope'" in bad.json()["error"]
