@@ -24,6 +24,7 @@ from ..command import ArgumentParser, Command, CommandError, optional_address_ar
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from ..model import DEFAULT_VARIANT
 from ..outputs import POOLING_MODES
+from ..tasks.embed import PIPELINE_POOLING
 from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
@@ -54,7 +55,12 @@ def _arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
     parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
-    parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
+    parser.add_argument(
+        "--pooling",
+        choices=(*POOLING_MODES, PIPELINE_POOLING),
+        default=None,
+        help="embed: default the export's own (its sentence-transformers pipeline, else pooler)",
+    )
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
     parser.add_argument(
         "--truncation", "--truncate", action="store_true", help="cut inputs longer than the model takes"

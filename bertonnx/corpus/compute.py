@@ -30,7 +30,8 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLi
 from ..errors import HeadMissingError
 from ..manifest import Manifest
 from ..model import BertOnnx
-from ..tasks import DEFAULT_POOLING, POOLING_MODES, make_task
+from ..tasks import POOLING_MODES, make_task
+from ..tasks.embed import PIPELINE_POOLING
 from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS, check_ignore_labels
 from .errors import BadRowError, row_reason
 from .tasks import ON_ERROR_MODES, TASKS
@@ -89,7 +90,8 @@ class TaskOptions:
         task: ``embed`` (one vector per text), ``nsp`` (probability that the pair's second sentence
             follows the first), ``encode`` (the three graph outputs) or ``classify`` (the top label of the
             checkpoint's classifier and its score; texts or pairs).
-        pooling: for ``embed``: ``pooler``, ``cls`` or ``mean``.
+        pooling: for ``embed``: ``pipeline``, ``pooler``, ``cls`` or ``mean``; ``None``: the export's own
+            (its sentence-transformers pipeline, cut at its ``max_seq_length``, else ``pooler``).
         normalize: for ``embed``: scale vectors to unit L2 norm.
         truncation: cut inputs longer than the model's positions instead of rejecting them.
         on_error: ``stop`` (raise :class:`BadRowError` on the first bad row) or ``skip`` (reject the row).
@@ -105,7 +107,7 @@ class TaskOptions:
     """
 
     task: str = "embed"
-    pooling: str = DEFAULT_POOLING
+    pooling: str | None = None
     normalize: bool = False
     truncation: bool = False
     on_error: str = "stop"
@@ -119,7 +121,7 @@ class TaskOptions:
     def __post_init__(self) -> None:
         for name, value, allowed in (
             ("task", self.task, TASKS),
-            ("pooling", self.pooling, POOLING_MODES),
+            ("pooling", self.pooling or PIPELINE_POOLING, (*POOLING_MODES, PIPELINE_POOLING)),
             ("on_error", self.on_error, ON_ERROR_MODES),
             ("aggregation_strategy", self.aggregation_strategy, AGGREGATION_STRATEGIES),
         ):
@@ -288,8 +290,10 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
         HeadMissingError: the export lacks the task's head. ValueError, TypeError: a bad option.
     """
     if options.task == "embed":
+        # no --truncation: the task's own default (an export of a sentence-transformers folder cuts at its
+        # max_seq_length, as encode; any other export rejects long rows)
         return make_task(
-            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation
+            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation or None
         )
     if options.task == "nsp":
         return make_task(model, "nsp", truncation=options.truncation)

@@ -50,7 +50,7 @@ class BertOnnxPredictor:
         variant: str = DEFAULT_VARIANT,
         threads: int = 1,
         task: str = "embed",
-        pooling: str = "pooler",
+        pooling: str | None = None,
         normalize: bool = False,
         truncate: bool = False,
         on_error: str = "stop",
