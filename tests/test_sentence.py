@@ -707,3 +707,24 @@ def test_server_routes_answer_as_encode(rich_folder: tuple[Path, SentenceTransfo
         bad = client.post("/embed", json={"inputs": "a", "prompt_name": "nope"})
         assert bad.status_code == 422
         assert "unknown prompt_name 'nope'" in bad.json()["error"]
+
+
+def test_corpus_job_embeds_as_encode(
+    rich_folder: tuple[Path, SentenceTransformer], rich_export: Path, tmp_path: Path
+) -> None:
+    """``bertonnx batch`` without options on a sentence-transformers export writes ``encode``'s vectors (width
+    ``truncate_dim``, texts over ``max_seq_length`` cut, not rejected)."""
+    import pyarrow.parquet as pq
+
+    from bertonnx.cli import main
+
+    _, model = rich_folder
+    texts = [t for t in TEXTS if t]  # a .txt keeps blank lines as rows: no empty text here
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    output = tmp_path / "out.parquet"
+    assert main(["batch", str(rich_export), "--input", str(source), "--output", str(output)]) == 0
+    table = pq.read_table(output)
+    vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
+    np.testing.assert_allclose(vectors, model.encode(texts), atol=EXACT, rtol=0)
+    assert table.schema.metadata[b"bertonnx.pooling"] == b"default"

@@ -30,6 +30,7 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLi
 from ..errors import HeadMissingError
 from ..manifest import Manifest
 from ..model import BertOnnx
+from ..sentence import BLOCK as SENTENCE_BLOCK
 from ..tasks import POOLING_MODES, make_task
 from ..tasks.embed import PIPELINE_POOLING
 from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS, check_ignore_labels
@@ -143,6 +144,18 @@ def check_model_task(manifest: Manifest, task: str) -> None:
     """
     if task in HEAD_TASKS and task not in manifest.tasks:
         raise HeadMissingError.for_task(task, manifest.architecture, manifest.tasks, manifest.num_labels)
+
+
+def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
+    """Values per ``embedding`` row: the export's sentence-transformers pipeline's (its last module's width, or
+    its ``truncate_dim``) when ``embed`` runs it, else the hidden size."""
+    block = manifest.data.get(SENTENCE_BLOCK)
+    own = options.pooling in (None, PIPELINE_POOLING)
+    if options.task != "embed" or not own or not isinstance(block, dict):
+        return manifest.hidden_size
+    if block.get("model_type") != "SentenceTransformer":
+        return manifest.hidden_size
+    return int(block.get("truncate_dim") or block["dimension"])
 
 
 def output_schema(task: str, hidden_size: int) -> pa.Schema:
@@ -352,14 +365,16 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     units = prepared.units
     found = driver.list_in_order(driver.run(model.run_batch, task, driver.plan(units, options.limits))) if units else []
     answers = task.finish(prepared, found)
-    return ChunkResult(ids, reasons, n_tokens, _columns(options.task, answers, model))
+    return ChunkResult(ids, reasons, n_tokens, _columns(options, answers, model))
 
 
-def _columns(task: str, answers: list[Any], model: BertOnnx) -> dict[str, Columns]:
+def _columns(options: TaskOptions, answers: list[Any], model: BertOnnx) -> dict[str, Columns]:
     """The output columns of the computed rows from the task's answers (in row order)."""
+    task = options.task
     hidden = model.hidden_size
     if task == "embed":
-        return {"embedding": np.stack(answers) if answers else np.zeros((0, hidden), dtype=np.float32)}
+        width = embedding_width(model.manifest, options)
+        return {"embedding": np.stack(answers) if answers else np.zeros((0, width), dtype=np.float32)}
     if task == "nsp":
         return {"is_next_probability": np.asarray(answers, dtype=np.float32).reshape(len(answers))}
     if task == "classify":

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
-from .compute import TaskOptions, check_model_task, compute_rows, output_schema
+from .compute import TaskOptions, check_model_task, compute_rows, embedding_width, output_schema
 from .readers import ROW_SCHEMA, check_value
 
 __all__ = ["BertOnnxPredictor"]
@@ -101,7 +101,7 @@ class BertOnnxPredictor:
         self.pair_column = pair_column
         self.model = BertOnnx(model_dir, variant, threads=threads)
         check_model_task(self.model.manifest, task)
-        self.schema = output_schema(task, self.model.hidden_size)
+        self.schema = output_schema(task, embedding_width(self.model.manifest, self.options))
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:
         """Compute one batch.
