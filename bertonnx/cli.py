@@ -27,6 +27,7 @@ from .files import STDIN, blank_lines, check_output_file, read_lines, write_atom
 from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
 from .manifest import VARIANT_FILES, read_manifest
 from .model import DEFAULT_BATCH_SIZE, DEFAULT_VARIANT, POOLING_MODES, BertOnnx
+from .tasks.embed import PIPELINE_POOLING
 from .version import __version__
 
 __all__ = ["COMMANDS", "main"]
@@ -204,10 +205,23 @@ def _embed_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to embed (or use --input)")
     parser.add_argument("--input", metavar="FILE", help="one text per line (- for standard input)")
     parser.add_argument("--output", metavar="FILE", help="X.npy for a [n, hidden] array, else JSON lines")
-    parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="default pooler")
-    parser.add_argument("--normalize", action="store_true", help="unit-length vectors")
+    parser.add_argument(
+        "--pooling",
+        choices=(*POOLING_MODES, PIPELINE_POOLING),
+        default=None,
+        help="default: the export's own (its sentence-transformers pipeline, else pooler)",
+    )
+    parser.add_argument("--normalize", action="store_true", help="unit-length vectors (after --dimensions)")
     parser.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE)
-    parser.add_argument("--truncation", action="store_true", help="cut long texts instead of refusing")
+    parser.add_argument(
+        "--truncation",
+        action="store_true",
+        default=None,
+        help="cut long texts instead of refusing (a sentence-transformers export cuts at its max_seq_length anyway)",
+    )
+    parser.add_argument("--prompt-name", metavar="NAME", help="one of the export's prompts (default: its own)")
+    parser.add_argument("--prompt", metavar="TEXT", help="a prompt text prepended to every text")
+    parser.add_argument("--dimensions", type=positive_int, metavar="N", help="keep the first N values (Matryoshka)")
 
 
 def _embed_texts(args: argparse.Namespace) -> list[str]:
@@ -230,7 +244,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
     random_weights = model.manifest.random_weights
     try:
         vectors = model.embed(
-            texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
+            texts,
+            args.pooling,
+            batch_size=args.batch_size,
+            truncation=args.truncation,
+            normalize=args.normalize,
+            prompt_name=args.prompt_name,
+            prompt=args.prompt,
+            dimensions=args.dimensions,
         )
     except InputTooLongError as exc:
         if args.input is None:
@@ -240,7 +261,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     about = {
         "directory": str(model.manifest.directory),
         "variant": model.variant,
-        "pooling": args.pooling,
+        "pooling": args.pooling or ("pipeline" if model.sentence is not None else "pooler"),
         "normalize": args.normalize,
         "random_weights": random_weights,
         "shape": list(vectors.shape),
