@@ -104,6 +104,22 @@ _PART_LABELS = {
 }
 
 
+def _sentence_lines(st: dict[str, Any] | None) -> list[str]:
+    """``inspect``'s lines on a sentence-transformers export (none for a plain one)."""
+    if st is None:
+        return []
+    lines = [f"sentence-transformers {st['model_type']}: {' -> '.join(st['pipeline']) or 'its head'}"]
+    lines.append(f"  max_seq_length  {st['max_seq_length']}; similarity {st['similarity_fn_name']}")
+    prompts = {k: v for k, v in st["prompts"].items() if v}
+    if prompts or st["default_prompt_name"]:
+        lines.append(f"  prompts         {json.dumps(prompts)} (default {st['default_prompt_name']})")
+    if st["truncate_dim"]:
+        lines.append(f"  truncate_dim    {st['truncate_dim']} of {st['dimension']}")
+    if st["activation"]:
+        lines.append(f"  activation      {st['activation']}")
+    return lines
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
@@ -126,6 +142,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),
         f"opset             {facts['opset']}",
+        *_sentence_lines(facts["sentence_transformers"]),
         "variants:",
     ]
     for name, v in facts["variants"].items():
