@@ -496,7 +496,8 @@ def test_cross_encoder_export_scores_as_predict(tmp_path: Path) -> None:
 
     model = _cross_encoder(tmp_path, 1)
     outdir = tmp_path / "export"
-    run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "ce")), log=lambda message: None)
+    options = ExportOptions(outdir=outdir, model=str(tmp_path / "ce"), variants=("fp32", "optimized"))
+    run_export(options, log=lambda message: None)
     manifest = read_manifest(outdir)
     assert manifest.task["activation"] == "sigmoid"
     assert classifier_activation(manifest.data) == "sigmoid"
@@ -621,7 +622,7 @@ def test_splade_step_matches_splade_pooling(strategy: str, activation: str) -> N
         sparse_pairs(got[0], top_k=0)
 
 
-def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
+def test_sparse_encoder_export_matches_encode(tmp_path: Path, rich_export: Path) -> None:
     """A SparseEncoder (fill-mask Transformer + SpladePooling) exports with its MLM head; the MLM head on every
     token + :class:`SpladeStep` equals ``SparseEncoder.encode``, and top-k pruning its ``max_active_dims``."""
     from sentence_transformers import SparseEncoder
@@ -635,8 +636,8 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
     SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu").save(str(tmp_path / "se"))
     model = SparseEncoder(str(tmp_path / "se"), device="cpu")
     outdir = tmp_path / "export"
-    run_export(ExportOptions(outdir=tmp_path / "plain", model=str(checkpoint), variants=("fp32",)), log=print)
-    run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "se")), log=lambda message: None)
+    options = ExportOptions(outdir=outdir, model=str(tmp_path / "se"), variants=("fp32", "optimized"))
+    run_export(options, log=lambda message: None)
     manifest = read_manifest(outdir)
     assert "embed_sparse" in manifest.tasks
     pipeline = read_pipeline(manifest.data, outdir)
@@ -672,8 +673,8 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path) -> None:
             np.testing.assert_allclose(answer["values"], reference[answer["indices"]], atol=EXACT, rtol=0)
     with pytest.raises(ValueError, match="threshold must be a number >= 0, got -1"):
         bert.embed_sparse(TEXTS, threshold=-1)
-    with pytest.raises(HeadMissingError):
-        BertOnnx(outdir.parent / "plain", "fp32").embed_sparse(TEXTS)
+    with pytest.raises(HeadMissingError):  # an export without SPLADE (a SentenceTransformer's BertModel)
+        BertOnnx(rich_export, "fp32").embed_sparse(TEXTS)
 
 
 def test_server_routes_answer_as_encode(rich_folder: tuple[Path, SentenceTransformer], rich_export: Path) -> None:
