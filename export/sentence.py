@@ -486,7 +486,7 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     except ImportError:
         raise ExportError(
             "checking a sentence-transformers folder needs sentence-transformers: pip install "
-            "'sentence-transformers>=5,<6' (it is in bertonnx[export]); nothing was written"
+            "'sentence-transformers>=5,<6' (the bench extra has it); nothing was written"
         ) from None
     from tokenizers import Tokenizer
 
