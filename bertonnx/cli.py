@@ -99,6 +99,22 @@ _PART_LABELS = {
 }
 
 
+def _sentence_lines(st: dict[str, Any] | None) -> list[str]:
+    """``inspect``'s lines on a sentence-transformers export (none for a plain one)."""
+    if st is None:
+        return []
+    lines = [f"sentence-transformers {st['model_type']}: {' -> '.join(st['pipeline']) or 'its head'}"]
+    lines.append(f"  max_seq_length  {st['max_seq_length']}; similarity {st['similarity_fn_name']}")
+    prompts = {k: v for k, v in st["prompts"].items() if v}
+    if prompts or st["default_prompt_name"]:
+        lines.append(f"  prompts         {json.dumps(prompts)} (default {st['default_prompt_name']})")
+    if st["truncate_dim"]:
+        lines.append(f"  truncate_dim    {st['truncate_dim']} of {st['dimension']}")
+    if st["activation"]:
+        lines.append(f"  activation      {st['activation']}")
+    return lines
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     facts = describe(read_manifest(args.model_dir))
     c, p = facts["config"], facts["parameters"]["counts"]
@@ -121,6 +137,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "inputs            " + ", ".join(f"{i['name']} {i['shape']}" for i in facts["inputs"]),
         "outputs           " + ", ".join(f"{o['name']} {o['shape']}" for o in facts["outputs"]),
         f"opset             {facts['opset']}",
+        *_sentence_lines(facts["sentence_transformers"]),
         "variants:",
     ]
     for name, v in facts["variants"].items():
@@ -193,7 +210,19 @@ The output's folder must exist; the file is written to a temporary name and rena
 
 
 def _embed_arguments(parser: ArgumentParser) -> None:
-    _add_model_args(parser, "embed", "input", "output", "pooling", "normalize", "batch_size", "truncation")
+    _add_model_args(
+        parser,
+        "embed",
+        "input",
+        "output",
+        "pooling",
+        "normalize",
+        "batch_size",
+        "truncation",
+        "prompt_name",
+        "prompt",
+        "dimensions",
+    )
     parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to embed (or use --input)")
 
 
@@ -217,7 +246,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
     random_weights = model.manifest.random_weights
     try:
         vectors = model.embed(
-            texts, args.pooling, batch_size=args.batch_size, truncation=args.truncation, normalize=args.normalize
+            texts,
+            args.pooling,
+            batch_size=args.batch_size,
+            truncation=args.truncation,
+            normalize=args.normalize,
+            prompt_name=args.prompt_name,
+            prompt=args.prompt,
+            dimensions=args.dimensions,
         )
     except InputTooLongError as exc:
         if args.input is None:
@@ -227,7 +263,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     about = {
         "directory": str(model.manifest.directory),
         "variant": model.variant,
-        "pooling": args.pooling,
+        "pooling": args.pooling or ("pipeline" if model.sentence is not None else "pooler"),
         "normalize": args.normalize,
         "random_weights": random_weights,
         "shape": list(vectors.shape),

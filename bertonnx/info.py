@@ -18,6 +18,8 @@ import numpy as np
 
 from .errors import ModelDirectoryError
 from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Manifest, refusal_text
+from .sentence import BLOCK as SENTENCE_BLOCK
+from .sentence import read_pipeline
 
 if TYPE_CHECKING:
     import onnx
@@ -182,6 +184,27 @@ def describe(manifest: Manifest) -> dict[str, Any]:
             for name, record in manifest.refused_variants.items()
         },
         "versions": manifest.data.get("versions"),
+        "sentence_transformers": _sentence_facts(manifest),
+    }
+
+
+def _sentence_facts(manifest: Manifest) -> dict[str, Any] | None:
+    """The export's sentence-transformers pipeline as ``inspect`` shows it (``None`` for a plain export)."""
+    block = manifest.data.get(SENTENCE_BLOCK)
+    if not isinstance(block, dict):
+        return None
+    pipeline = read_pipeline(manifest.data, manifest.directory, lambda name: np.zeros((0, 0), np.float32))
+    assert pipeline is not None
+    return {
+        "model_type": pipeline.model_type,
+        "pipeline": pipeline.describe(),
+        "similarity_fn_name": pipeline.similarity_fn_name,
+        "max_seq_length": pipeline.max_seq_length,
+        "prompts": dict(pipeline.prompts),
+        "default_prompt_name": pipeline.default_prompt_name,
+        "truncate_dim": pipeline.truncate_dim,
+        "dimension": pipeline.dimension,
+        "activation": manifest.task.get("activation"),
     }
 
 

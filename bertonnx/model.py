@@ -9,6 +9,7 @@ infer request, and no call mutates shared state.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -24,7 +25,8 @@ from .batching import (
     iter_chunks,
 )
 from .errors import HeadMissingError
-from .inputs import as_texts, checked_texts, text_list
+from .head_methods import HeadMethods
+from .inputs import as_texts, checked_texts
 from .loading import VERIFY_MODES, clean_up_spaces, open_graph, open_mlm_head, runtime_options, warn_if_random
 from .manifest import (
     ONNXRUNTIME_BACKEND,
@@ -35,12 +37,11 @@ from .manifest import (
 )
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
+from .sentence import SentencePipeline, read_pipeline
 from .session import release_freed_memory, run_options
-from .span_methods import SpanMethods
-from .tasks import DEFAULT_POOLING, POOLING_MODES, Graph, make_task
+from .tasks import POOLING_MODES, Graph, make_task
 from .tasks.base import check_positive_int, encoder_for
-from .tasks.classify import LabelScore, RankedIndex
-from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
+from .tasks.embed_sparse import SparseVector
 from .tasks.graph import assemble
 from .tokenizer import TextTokenizer
 
@@ -64,7 +65,7 @@ DEFAULT_VARIANT = "fp32"
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 
 
-class BertOnnx(SpanMethods):
+class BertOnnx(HeadMethods):
     """BERT encoder, pooler and next-sentence head from a ``bertonnx export`` directory, on onnxruntime
     (or on OpenVINO for the ``bf16`` variant).
 
@@ -135,6 +136,20 @@ class BertOnnx(SpanMethods):
         #: The id of the token ``fill_mask`` predicts, when the export has an MLM head (else ``None``).
         self.mask_token_id: int | None = head.mask_token_id if head is not None else None
         warn_if_random(manifest)
+
+    @cached_property
+    def sentence(self) -> SentencePipeline | None:
+        """The export's sentence-transformers pipeline (``sentence_transformers`` manifest block), or ``None``
+        (a plain transformers export, or one written before the block existed). Dense weights are read once,
+        each checked against the manifest's sha256."""
+        manifest = self.manifest
+
+        def load(name: str) -> np.ndarray:
+            path = manifest.record(name).verify(manifest.directory, check_hash=True)
+            array: np.ndarray = np.load(path, allow_pickle=False)
+            return array
+
+        return read_pipeline(manifest.data, manifest.directory, load)
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -368,34 +383,93 @@ class BertOnnx(SpanMethods):
     def embed(
         self,
         texts: str | Iterable[str],
-        pooling: str = DEFAULT_POOLING,
+        pooling: str | None = None,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        truncation: bool = False,
-        max_length: int = 512,
-        normalize: bool = False,
+        truncation: bool | None = None,
+        max_length: int | None = None,
+        normalize: bool | None = None,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        dimensions: int | None = None,
     ) -> np.ndarray:
-        """One vector per text, ``[n, hidden]`` float32, with memory bounded for any number of texts.
+        """One vector per text, ``[n, width]`` float32, with memory bounded for any number of texts.
+
+        An export of a sentence-transformers folder embeds as the folder says by default (its pooling, dense
+        layers, Normalize, default prompt, ``truncate_dim``; texts cut to its ``max_seq_length``): the result
+        is ``SentenceTransformer(folder).encode(texts)``. Any other export pools with ``pooler`` and refuses
+        texts over the positions unless ``truncation``.
 
         Args:
             texts: a string or an iterable of strings.
-            pooling: ``pooler`` (trained pooler), ``cls`` ([CLS] state) or ``mean`` (mean of attended
-                tokens, including [CLS] and [SEP], as sentence-transformers does).
+            pooling: ``pipeline`` (the export's sentence-transformers pipeline), ``pooler`` (trained pooler),
+                ``cls`` ([CLS] state) or ``mean`` (mean of attended tokens, including [CLS] and [SEP]);
+                ``None``: the export's own (``pipeline`` when it has one, else ``pooler``).
             batch_size: texts per ``session.run`` at most.
-            truncation: cut texts longer than ``max_length`` instead of raising.
-            max_length: token limit including special tokens.
-            normalize: scale each vector to unit L2 norm.
+            truncation: cut texts longer than ``max_length`` instead of raising (default: on with the
+                pipeline, as ``encode``, else off).
+            max_length: token limit including special tokens (default: the pipeline's ``max_seq_length``,
+                else the model's positions).
+            normalize: scale each vector to unit L2 norm, after the cut to ``dimensions``.
             max_batch_tokens: padded tokens per ``session.run`` at most (an input longer than this runs alone).
+            prompt_name: one of the export's prompts (default: its ``default_prompt_name``).
+            prompt: a prompt text prepended to every text (instead of ``prompt_name``).
+            dimensions: keep each vector's first ``dimensions`` values (Matryoshka; default: the export's
+                ``truncate_dim``, else all).
 
         Raises:
-            ValueError: unknown ``pooling``; a text too long without truncation.
+            ValueError: unknown ``pooling`` or ``prompt_name``; a text too long without truncation;
+                ``dimensions`` not between 1 and the width.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
             HeadMissingError: ``pooler`` asked of an export without a pooler.
         """
-        task = self.task("embed", pooling=pooling, normalize=normalize, truncation=truncation, max_length=max_length)
+        task = self.task(
+            "embed",
+            pooling=pooling,
+            normalize=normalize,
+            truncation=truncation,
+            max_length=max_length,
+            prompt_name=prompt_name,
+            prompt=prompt,
+            dimensions=dimensions,
+        )
         found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
-        return np.stack(found) if found else np.zeros((0, self.hidden_size), dtype=np.float32)
+        return np.stack(found) if found else np.zeros((0, task.width(self.hidden_size)), dtype=np.float32)
+
+    def embed_sparse(
+        self,
+        texts: str | Iterable[str],
+        *,
+        top_k: int | None = None,
+        threshold: float = 0.0,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        truncation: bool | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[SparseVector]:
+        """SPLADE: per text its non-zero vocabulary ids (ascending) and weights, equal to
+        ``SparseEncoder(folder).encode`` for an export of a sentence-transformers SparseEncoder folder.
+
+        Args:
+            top_k: keep the ``top_k`` largest weights (``encode``'s ``max_active_dims``); ``None``: all.
+            threshold: keep weights above this only.
+            prompt_name, prompt: as :meth:`embed`.
+            truncation: cut texts at the export's ``max_seq_length`` (default on, as ``encode``).
+
+        Raises:
+            HeadMissingError: the export is not of a SparseEncoder folder.
+            ValueError, TypeError: a bad option or text.
+        """
+        task = self.task(
+            "embed_sparse",
+            top_k=top_k,
+            threshold=threshold,
+            prompt_name=prompt_name,
+            prompt=prompt,
+            truncation=truncation,
+        )
+        return self.run_task(task, texts, batch_size=batch_size)
 
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
@@ -409,7 +483,7 @@ class BertOnnx(SpanMethods):
         has_head = task in self.tasks
         if task == "rerank":
             has_head = has_head and self.manifest.num_labels == 1
-        elif task == "fill_mask":
+        elif task in ("fill_mask", "embed_sparse"):
             has_head = has_head and self._mlm_session is not None
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
@@ -421,161 +495,6 @@ class BertOnnx(SpanMethods):
             HeadMissingError: the export lacks the task's head.
         """
         self.require(task)
-
-    @overload
-    def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool = ...
-    ) -> list[LabelScore]: ...
-
-    @overload
-    def classify(
-        self,
-        texts: Iterable[str],
-        pairs: Iterable[str] | None = ...,
-        *,
-        top_k: int | None = ...,
-        truncation: bool = ...,
-    ) -> list[list[LabelScore]]: ...
-
-    def classify(
-        self,
-        texts: str | Iterable[str],
-        pairs: str | Iterable[str] | None = None,
-        *,
-        top_k: int | None = 1,
-        truncation: bool = False,
-    ) -> list[LabelScore] | list[list[LabelScore]]:
-        """Labels of each text (or pair) by the checkpoint's classification head, as
-        ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
-        multi-label and one-logit heads, the raw value for regression.
-
-        Args:
-            texts: a string or an iterable of strings.
-            pairs: second sentences, one per text (segment id 1), or ``None``.
-            top_k: labels per input, highest score first; ``None`` for every label.
-            truncation: cut inputs longer than the model's positions instead of raising.
-
-        Returns:
-            For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
-            list per input, in order. Labels are the checkpoint's ``id2label``.
-
-        Raises:
-            HeadMissingError: the export has no classification head.
-            TypeError: an input is not a string, ``texts`` and ``pairs`` mix a string and a list, or an option
-                has the wrong type.
-            ValueError: texts and pairs differ in length, an input is too long without truncation, or
-                ``top_k`` is below 1.
-        """
-        task = self.task("classify", top_k=top_k, truncation=truncation)
-        single = isinstance(texts, str)
-        if pairs is not None and single != isinstance(pairs, str):
-            raise TypeError("texts and pairs must both be strings or both be lists of strings")
-        ranked = self.run_task(task, texts, pairs)
-        return ranked[0] if single else ranked
-
-    def classify_scores(
-        self,
-        texts: str | Iterable[str],
-        pairs: str | Iterable[str] | None = None,
-        *,
-        function: str | None = None,
-        truncation: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> np.ndarray:
-        """Every label's score per input, ``[n, num_labels]`` float32, columns in ``id2label`` order.
-
-        Args:
-            function: ``softmax``, ``sigmoid`` or ``none`` (the logits); default: as
-                ``pipeline("text-classification")`` for this head (see :meth:`classify`).
-
-        Raises:
-            HeadMissingError: the export has no classification head.
-            ValueError, TypeError: as :meth:`classify`.
-        """
-        task = self.task("classify", function=function, rank=False, top_k=None, truncation=truncation)
-        found = self.run_task(task, texts, pairs, batch_size=batch_size)
-        return np.stack(found) if found else np.zeros((0, len(self.labels)), dtype=np.float32)
-
-    @property
-    def labels(self) -> list[str]:
-        """The classifier's label names in logit order (``id2label``; ``LABEL_i`` where it names none), or
-        ``[]`` for an export without a classifier."""
-        id2label = self.manifest.id2label or {}
-        return [id2label.get(i, f"LABEL_{i}") for i in range(self.manifest.num_labels or 0)]
-
-    def rerank(
-        self,
-        query: str,
-        texts: Iterable[str],
-        *,
-        truncation: bool = False,
-        raw_scores: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[RankedIndex]:
-        """Texts ranked by a one-logit cross-encoder's relevance to ``query`` (TEI's ``/rerank`` shape).
-
-        Each ``(query, text)`` pair is one input (query as segment 0); its score is the sigmoid of the logit.
-
-        Args:
-            query: the query.
-            texts: the texts to rank.
-            truncation: cut pairs longer than the model's positions (longest side first) instead of raising.
-            raw_scores: give the logit instead of its sigmoid.
-            batch_size: pairs per ``session.run`` at most.
-
-        Returns:
-            ``[{"index", "score"}]`` for every text, highest score first; ``index`` is the text's position.
-
-        Raises:
-            HeadMissingError: the export is not a one-logit cross-encoder.
-            TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
-            ValueError: a pair is too long without truncation.
-        """
-        task = self.task("rerank", raw_scores=raw_scores, truncation=truncation)
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
-        if isinstance(texts, str):
-            raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
-        items = text_list(texts, "texts")
-        result: list[RankedIndex] = task.rank(self.run_task(task, [query] * len(items), items, batch_size=batch_size))
-        return result
-
-    @overload
-    def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, *, top_k: int = ..., truncation: bool = ...
-    ) -> list[list[MaskFill]]: ...
-
-    @overload
-    def fill_mask(
-        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
-    ) -> list[list[list[MaskFill]]]: ...
-
-    def fill_mask(
-        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
-    ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
-        """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
-        scores and fields).
-
-        Only the hidden states at ``[MASK]`` positions go through the vocabulary projection, so the cost
-        grows with the number of masks, not with every token.
-
-        Args:
-            texts: a string or an iterable of strings, each with at least one ``[MASK]``.
-            top_k: candidates per mask.
-            truncation: cut texts longer than the model's positions instead of raising.
-
-        Returns:
-            For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
-            "token_str", "sequence"}``, highest score first; for an iterable, one such list per text.
-
-        Raises:
-            HeadMissingError: the export has no MLM head.
-            TypeError: an input is not a string, or an option has the wrong type.
-            ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
-                truncation, or ``top_k`` is below 1.
-        """
-        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
-        return answers[0] if isinstance(texts, str) else answers
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512

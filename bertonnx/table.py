@@ -294,6 +294,14 @@ TASKS: Mapping[str, TaskRow] = {
             "with num_labels=1 (a cross-encoder)",
             "texts ranked by relevance to a query",
         ),
+        TaskRow(
+            "embed_sparse",
+            "mlm",
+            "SPLADE pipeline",
+            ("ForMaskedLM",),
+            "exported from a sentence-transformers SparseEncoder folder (MLM head + SpladePooling)",
+            "sparse vocabulary weights per text (SPLADE)",
+        ),
         TaskRow("fill_mask", "mlm", "MLM head", ("ForPreTraining", "ForMaskedLM"), "", "top tokens per mask"),
         TaskRow(
             "tag",

@@ -25,7 +25,7 @@ from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_
 from .manifest import VARIANT_FILES
 from .model import DEFAULT_VARIANT
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
-from .tasks.embed import DEFAULT_POOLING, POOLING_MODES
+from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 
@@ -274,19 +274,44 @@ OPTIONS: Mapping[str, Option] = _declare(
         action="store_true",
         default=False,
         aliases={"--truncate": ("batch",), "--auto-truncate": ("serve",)},
-        conventions={"serve": Convention(note='for requests that do not send "truncate" (off: 422 naming the input)')},
+        conventions={
+            "serve": Convention(note='for requests that do not send "truncate" (off: 422 naming the input)'),
+            "embed": Convention(
+                default=None, note="a sentence-transformers export cuts at its max_seq_length unless told otherwise"
+            ),
+        },
         http_field="truncate",
         http_default="absent: the server's --truncation",
     ),
     Option(
         "pooling",
         "--pooling",
-        "pooler (the trained pooler), cls (the [CLS] state) or mean (mean of the tokens)",
+        "pooler (the trained pooler), cls (the [CLS] state), mean (mean of the tokens) or pipeline (the export's "
+        "sentence-transformers modules)",
         ("embed", "batch", "serve"),
-        choices=POOLING_MODES,
-        default=DEFAULT_POOLING,
+        choices=(*POOLING_MODES, PIPELINE_POOLING),
+        default=None,
+        default_text="the export's own: its sentence-transformers pipeline, else pooler",
         conventions={"serve": Convention(note="for requests that name none"), "batch": _EMBED_ONLY},
         http_default="absent: the server's --pooling",
+    ),
+    Option(
+        "prompt_name",
+        "--prompt-name",
+        "one of the export's sentence-transformers prompts, put before every text",
+        ("embed",),
+        metavar="NAME",
+        default_text="the export's default_prompt_name",
+    ),
+    Option("prompt", "--prompt", "a prompt text put before every text", ("embed",), metavar="TEXT"),
+    Option(
+        "dimensions",
+        "--dimensions",
+        "keep the first N values of each vector (Matryoshka), then normalize when asked",
+        ("embed",),
+        kind=positive_int,
+        metavar="N",
+        default_text="the export's truncate_dim, else every value",
     ),
     Option(
         "normalize",

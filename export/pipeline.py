@@ -39,7 +39,7 @@ from bertonnx.manifest import (
 from bertonnx.openvino_session import OPENVINO_INSTALL_HINT, openvino_version
 from bertonnx.version import __version__
 
-from . import gate
+from . import gate, sentence
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, describe_io, export_graph, export_mlm_head
 from .source import DEFAULT_MODEL, Source, load_source
@@ -310,7 +310,7 @@ def run_export(options: ExportOptions, log: Log = _log_to_stdout) -> dict[str, A
 def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     with _step(log, f"load {options.model} ({options.weights} weights)"):
         source = load_source(
-            options.model,
+            sentence.checkpoint_dir(options.model),
             weights=options.weights,
             seed=options.seed,
             allow_random_heads=options.allow_random_heads,
@@ -325,6 +325,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     note = _weights_note(source.weights)
     if note:
         log(f"[export] NOTE {note}")
+    st = sentence.prepare(options.model, options.revision, source, staging)
     _save_tokenizer(source, staging, config.max_position_embeddings)
     config.architectures = [row.architecture]  # the graphs: the encoder with this class's heads
     config.save_pretrained(str(staging))
@@ -397,6 +398,26 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
                 + ", ".join(f"{k} {format_figure(k, v)}" for k, v in figures.items())
                 + (" FAIL" if problems else " ok")
             )
+    st_references = sentence.gate_references(
+        st, staging / TOKENIZER_FILE, random_weights=source.weights["kind"] == "random"
+    )
+    if st_references:
+        with _step(log, "verify the sentence-transformers pipeline against SentenceTransformer.encode"):
+            for variant, record in records.items():
+                outputs = [
+                    gate.variant_outputs(staging / record["file"], variant, r.cases, mlm_path) for r in st_references
+                ]
+                figures = sentence.pipeline_figures(st.block or {}, staging, st_references, outputs)
+                problems = sentence.pipeline_breaches(variant, figures)
+                record["parity"].update(figures, passed=record["parity"]["passed"] and not problems)
+                if problems and variant in sentence.PIPELINE_MIN_COSINE:  # a lossy variant: refused, not fatal
+                    breach = {"measure": "pipeline_min_cosine", "value": figures["pipeline_min_cosine"]}
+                    first = refused.get(variant) or {**breach, "limit": sentence.PIPELINE_MIN_COSINE[variant]}
+                    refused[variant] = {**first, "breaches": [*first.get("breaches", []), *problems]}
+                    refused[variant]["parity"] = record["parity"]
+                else:
+                    failures += problems
+                log(f"[export] {variant} pipeline: " + ", ".join(f"{k} {v:.3g}" for k, v in figures.items()))
     if failures or len(refused) == len(records):  # an exact variant failed, or no variant is left to write
         lossy = [problem for record in refused.values() for problem in record["breaches"]]
         why = "" if failures else " (no variant passed)"
@@ -428,7 +449,8 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         "config": _config_numbers(source),
         "parameters": _parameter_counts(source),
         "opset": options.opset,
-        "task": _task_block(source, mlm_record),
+        "task": {**_task_block(source, mlm_record), **st.task},
+        **({sentence.BLOCK: st.block} if st.block is not None else {}),
         **(
             {"nsp": {"is_next_index": NSP_IS_NEXT_INDEX, "labels": ["is_next", "not_next"]}}
             if "nsp" in row.heads

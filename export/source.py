@@ -40,6 +40,12 @@ HUB_PATTERNS = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
+    # a sentence-transformers folder's pipeline (export/sentence.py): modules, their configs, dense weights
+    "modules.json",
+    "sentence_*_config.json",
+    "config_sentence_transformers.json",
+    "*/config.json",
+    "*_Dense/model.safetensors",
 )
 HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 INIT_STD_FALLBACK = 0.02

@@ -420,8 +420,11 @@ def test_422_names_the_problem(server: Server) -> None:
         check_error(long_pair, 422, "validation", "input 0 has 604 tokens")
         mixed = client.post("/encode", json={"inputs": ["a", ["b", "c"], LONG_TEXT]})
         check_error(mixed, 422, "validation", "input 2 has 602 tokens")  # the index in the request
-        dims = client.post("/v1/embeddings", json={"input": "a", "dimensions": 7})
-        check_error(dims, 422, "validation", "dimensions is 7")
+        dims = client.post("/v1/embeddings", json={"input": "a", "dimensions": 100_000})
+        check_error(dims, 422, "validation", "dimensions must be between 1 and")
+        cut = client.post("/v1/embeddings", json={"input": "a", "dimensions": 7}).json()["data"][0]["embedding"]
+        assert len(cut) == 7
+        assert abs(sum(v * v for v in cut) - 1) < 1e-5
         assert client.post("/embed", json={"inputs": LONG_TEXT, "truncate": True}).status_code == 200
         check_error(client.get("/nope"), 404, "not_found", "no route GET /nope")
         wrong_method = check_error(client.delete("/embed"), 405, "method_not_allowed", "DELETE")
@@ -449,8 +452,8 @@ def test_422_names_the_problem(server: Server) -> None:
 def test_openai_client_reads_the_error_message(server: Server) -> None:
     openai = pytest.importorskip("openai")
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-    with pytest.raises(openai.UnprocessableEntityError, match="dimensions is 7"):
-        client.embeddings.create(model="m", input=["a"], dimensions=7)
+    with pytest.raises(openai.UnprocessableEntityError, match="dimensions must be between 1 and"):
+        client.embeddings.create(model="m", input=["a"], dimensions=100_000)
 
 
 def test_kserve_bad_binary_header_and_nesting_are_422(server: Server) -> None:

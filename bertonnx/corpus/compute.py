@@ -30,7 +30,9 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLi
 from ..errors import HeadMissingError
 from ..manifest import Manifest
 from ..model import BertOnnx
-from ..tasks import DEFAULT_POOLING, POOLING_MODES, make_task
+from ..sentence import BLOCK as SENTENCE_BLOCK
+from ..tasks import POOLING_MODES, make_task
+from ..tasks.embed import PIPELINE_POOLING
 from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS, check_ignore_labels
 from .errors import BadRowError, row_reason
 from .tasks import ON_ERROR_MODES, TASKS
@@ -89,7 +91,8 @@ class TaskOptions:
         task: ``embed`` (one vector per text), ``nsp`` (probability that the pair's second sentence
             follows the first), ``encode`` (the three graph outputs) or ``classify`` (the top label of the
             checkpoint's classifier and its score; texts or pairs).
-        pooling: for ``embed``: ``pooler``, ``cls`` or ``mean``.
+        pooling: for ``embed``: ``pipeline``, ``pooler``, ``cls`` or ``mean``; ``None``: the export's own
+            (its sentence-transformers pipeline, cut at its ``max_seq_length``, else ``pooler``).
         normalize: for ``embed``: scale vectors to unit L2 norm.
         truncation: cut inputs longer than the model's positions instead of rejecting them.
         on_error: ``stop`` (raise :class:`BadRowError` on the first bad row) or ``skip`` (reject the row).
@@ -105,7 +108,7 @@ class TaskOptions:
     """
 
     task: str = "embed"
-    pooling: str = DEFAULT_POOLING
+    pooling: str | None = None
     normalize: bool = False
     truncation: bool = False
     on_error: str = "stop"
@@ -119,7 +122,7 @@ class TaskOptions:
     def __post_init__(self) -> None:
         for name, value, allowed in (
             ("task", self.task, TASKS),
-            ("pooling", self.pooling, POOLING_MODES),
+            ("pooling", self.pooling or PIPELINE_POOLING, (*POOLING_MODES, PIPELINE_POOLING)),
             ("on_error", self.on_error, ON_ERROR_MODES),
             ("aggregation_strategy", self.aggregation_strategy, AGGREGATION_STRATEGIES),
         ):
@@ -141,6 +144,18 @@ def check_model_task(manifest: Manifest, task: str) -> None:
     """
     if task in HEAD_TASKS and task not in manifest.tasks:
         raise HeadMissingError.for_task(task, manifest.architecture, manifest.tasks, manifest.num_labels)
+
+
+def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
+    """Values per ``embedding`` row: the export's sentence-transformers pipeline's (its last module's width, or
+    its ``truncate_dim``) when ``embed`` runs it, else the hidden size."""
+    block = manifest.data.get(SENTENCE_BLOCK)
+    own = options.pooling in (None, PIPELINE_POOLING)
+    if options.task != "embed" or not own or not isinstance(block, dict):
+        return manifest.hidden_size
+    if block.get("model_type") != "SentenceTransformer":
+        return manifest.hidden_size
+    return int(block.get("truncate_dim") or block["dimension"])
 
 
 def output_schema(task: str, hidden_size: int) -> pa.Schema:
@@ -288,8 +303,10 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
         HeadMissingError: the export lacks the task's head. ValueError, TypeError: a bad option.
     """
     if options.task == "embed":
+        # no --truncation: the task's own default (an export of a sentence-transformers folder cuts at its
+        # max_seq_length, as encode; any other export rejects long rows)
         return make_task(
-            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation
+            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation or None
         )
     if options.task == "nsp":
         return make_task(model, "nsp", truncation=options.truncation)
@@ -348,14 +365,16 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     units = prepared.units
     found = driver.list_in_order(driver.run(model.run_batch, task, driver.plan(units, options.limits))) if units else []
     answers = task.finish(prepared, found)
-    return ChunkResult(ids, reasons, n_tokens, _columns(options.task, answers, model))
+    return ChunkResult(ids, reasons, n_tokens, _columns(options, answers, model))
 
 
-def _columns(task: str, answers: list[Any], model: BertOnnx) -> dict[str, Columns]:
+def _columns(options: TaskOptions, answers: list[Any], model: BertOnnx) -> dict[str, Columns]:
     """The output columns of the computed rows from the task's answers (in row order)."""
+    task = options.task
     hidden = model.hidden_size
     if task == "embed":
-        return {"embedding": np.stack(answers) if answers else np.zeros((0, hidden), dtype=np.float32)}
+        width = embedding_width(model.manifest, options)
+        return {"embedding": np.stack(answers) if answers else np.zeros((0, width), dtype=np.float32)}
     if task == "nsp":
         return {"is_next_probability": np.asarray(answers, dtype=np.float32).reshape(len(answers))}
     if task == "classify":

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ..model import DEFAULT_VARIANT, BertOnnx
-from .compute import TaskOptions, check_model_task, compute_rows, default_chunk_rows, output_schema
+from .compute import (
+    TaskOptions,
+    check_model_task,
+    compute_rows,
+    default_chunk_rows,
+    embedding_width,
+    output_schema,
+)
 from .readers import InputFile, count_rows, open_input, read_split, whole_file
 from .writers import AtomicParquetWriter, AtomicRejectsWriter, check_writable, output_metadata, rejects_path
 
@@ -124,7 +131,7 @@ def run_local_job(
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     model = BertOnnx(model_dir, variant, threads=threads)
     check_model_task(model.manifest, options.task)
-    schema = output_schema(options.task, model.hidden_size).with_metadata(
+    schema = output_schema(options.task, embedding_width(model.manifest, options)).with_metadata(
         output_metadata(model.manifest, variant, options, model.precision)
     )
     show = sys.stderr.isatty() if progress is None else progress

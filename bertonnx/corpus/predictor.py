@@ -25,9 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..model import DEFAULT_VARIANT, BertOnnx
-from ..tasks.embed import DEFAULT_POOLING
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
-from .compute import TaskOptions, check_model_task, compute_rows, output_schema
+from .compute import TaskOptions, check_model_task, compute_rows, embedding_width, output_schema
 from .readers import ROW_SCHEMA, check_value
 
 __all__ = ["BertOnnxPredictor"]
@@ -51,7 +50,7 @@ class BertOnnxPredictor:
         variant: str = DEFAULT_VARIANT,
         threads: int = 1,
         task: str = "embed",
-        pooling: str = DEFAULT_POOLING,
+        pooling: str | None = None,
         normalize: bool = False,
         truncation: bool = False,
         on_error: str = "stop",
@@ -102,7 +101,7 @@ class BertOnnxPredictor:
         self.pair_column = pair_column
         self.model = BertOnnx(model_dir, variant, threads=threads)
         check_model_task(self.model.manifest, task)
-        self.schema = output_schema(task, self.model.hidden_size)
+        self.schema = output_schema(task, embedding_width(self.model.manifest, self.options))
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:
         """Compute one batch.

@@ -24,7 +24,7 @@ from typing import Any
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
-from .compute import TaskOptions, check_model_task, default_chunk_rows, output_schema
+from .compute import TaskOptions, check_model_task, default_chunk_rows, embedding_width, output_schema
 from .errors import BadRowError, CorpusFileError, RayJobError
 from .job import JobSummary, check_job
 from .predictor import BertOnnxPredictor
@@ -94,7 +94,7 @@ def run_ray_job(
     manifest.require_variant(variant)
     check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
-    schema = output_schema(options.task, manifest.hidden_size).with_metadata(
+    schema = output_schema(options.task, embedding_width(manifest, options)).with_metadata(
         output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
     )
     show = sys.stderr.isatty() if progress is None else progress

@@ -73,7 +73,7 @@ def output_metadata(
         "variant": variant,
         "precision": precision or VARIANT_PRECISION.get(variant, variant),
         "task": options.task,
-        "pooling": options.pooling if embed else "",
+        "pooling": (options.pooling or "default") if embed else "",
         "normalize": str(options.normalize).lower() if embed else "",
         "truncation": str(options.truncation).lower(),
         "weights": "random" if manifest.random_weights else "pretrained",

@@ -16,6 +16,7 @@ from pydantic.dataclasses import dataclass
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, BatchLimits
 from ..outputs import POOLING_MODES
+from ..tasks.embed import PIPELINE_POOLING
 from .defaults import (
     DEFAULT_BATCH_WAIT_MS,
     DEFAULT_DRAIN_TIMEOUT_S,
@@ -137,7 +138,7 @@ class ServeOptions:
     api_key: Annotated[str, Field(min_length=1)] | None = None
     request_timeout: Annotated[float, Field(gt=0)] = DEFAULT_REQUEST_TIMEOUT_S
     drain_timeout: Seconds = DEFAULT_DRAIN_TIMEOUT_S
-    pooling: str = DEFAULT_POOLING
+    pooling: str | None = None
     model_name: Annotated[str, Field(min_length=1)] | None = None
     max_response_bytes: PositiveInt | None = None
     max_header_bytes: PositiveInt = DEFAULT_MAX_HEADER_BYTES
@@ -149,9 +150,9 @@ class ServeOptions:
 
     @field_validator("pooling")
     @classmethod
-    def _known_pooling(cls, value: str) -> str:
-        if value not in POOLING_MODES:
-            raise ValueError(f"pooling must be one of {', '.join(POOLING_MODES)}, got {value!r}")
+    def _known_pooling(cls, value: str | None) -> str | None:
+        if value is not None and value not in (*POOLING_MODES, PIPELINE_POOLING):
+            raise ValueError(f"pooling must be one of {', '.join((*POOLING_MODES, PIPELINE_POOLING))}, got {value!r}")
         return value
 
     @model_validator(mode="after")

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: The runtime's ``POOLING_MODES`` (a test checks they agree).
-Pooling = Literal["pooler", "cls", "mean"]
+Pooling = Literal["pooler", "cls", "mean", "pipeline"]
 #: A sentence pair: ``["sentence A", "sentence B"]`` (segment ids 0 and 1).
 Pair = tuple[StrictStr, StrictStr]
 #: One input of ``/encode`` and ``/tokenize``: a text or a pair.
@@ -161,9 +161,11 @@ class EmbedRequest(BaseModel):
     normalize: StrictBool = Field(default=True, description="scale each vector to unit L2 norm (TEI's default)")
     pooling: Pooling | None = Field(
         default=None,
-        description="pooler (BERT's trained pooler), cls ([CLS] state) or mean (attended tokens); "
-        "absent: the server's --pooling",
+        description="pipeline (the export's sentence-transformers pipeline), pooler (BERT's trained pooler), cls "
+        "([CLS] state) or mean (attended tokens); absent: the server's --pooling, else the export's own",
     )
+    prompt_name: StrictStr | None = Field(default=None, description="one of the export's prompts (TEI's)")
+    dimensions: StrictInt | None = Field(default=None, description="keep the first dimensions values (Matryoshka)")
 
     check_inputs = _inputs_check("inputs", TEXTS)
 
@@ -372,7 +374,9 @@ class OpenAIEmbeddingsRequest(BaseModel):
     encoding_format: Literal["float", "base64"] = Field(
         default="float", description="base64: little-endian float32 bytes (the openai client's default)"
     )
-    dimensions: StrictInt | None = Field(default=None, description="must be absent or the model's hidden size")
+    dimensions: StrictInt | None = Field(
+        default=None, description="keep the first dimensions values, then scale to unit length (Matryoshka)"
+    )
     user: StrictStr | None = None
     truncate: StrictBool | None = Field(
         default=None, description="cut inputs over 512 tokens (TEI's extension; absent: the server's --truncation)"

@@ -20,6 +20,7 @@ from .base import Encoder, ModelFacts, PerInput, Prepared, Task
 from .choose import Choose
 from .classify import Classify, Rerank
 from .embed import DEFAULT_POOLING, POOLING_MODES, Embed, normalize_rows, pool, pooling_outputs
+from .embed_sparse import EmbedSparse
 from .fill_mask import FillMask
 from .graph import Graph
 from .nsp import NSP_SCORES, Nsp, is_next_probability, nsp_labels, softmax
@@ -34,6 +35,7 @@ __all__ = [
     "Choose",
     "Classify",
     "Embed",
+    "EmbedSparse",
     "Encoder",
     "FillMask",
     "Graph",
@@ -56,6 +58,7 @@ __all__ = [
 #: Task name (:data:`bertonnx.table.TASKS`) -> the class holding its steps; each has ``build(model, **options)``.
 TASK_TYPES: dict[str, Any] = {
     "embed": Embed,
+    "embed_sparse": EmbedSparse,
     "nsp": Nsp,
     "classify": Classify,
     "rerank": Rerank,

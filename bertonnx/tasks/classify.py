@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from ..batching import Batch
+from ..sentence import ACTIVATIONS, activate, classifier_activation
 from .base import Encoder, ModelFacts, PerInput, Prepared, check_bool, check_positive_int, encoder_for
 from .nsp import softmax
 
@@ -47,6 +48,17 @@ class RankedIndex(TypedDict):
 
     index: int
     score: float
+
+
+def _cross_encoder(model: ModelFacts, truncation: bool | None) -> tuple[str | None, bool, int | None]:
+    """A sentence-transformers cross-encoder export's activation and its cut (``CrossEncoder.predict`` always
+    truncates to its ``max_seq_length``); ``(None, truncation or False, None)`` for any other export."""
+    activation = classifier_activation(model.manifest.data)
+    pipeline = getattr(model, "sentence", None)
+    if activation is None or pipeline is None:
+        return None, bool(truncation), None
+    cut = check_bool(truncation, "truncation") if truncation is not None else True
+    return activation, cut, pipeline.max_seq_length if cut else None
 
 
 def default_function(problem_type: str | None, num_labels: int) -> str:
@@ -89,8 +101,9 @@ class Classify(PerInput):
     outputs = (LOGITS,)
 
     def __post_init__(self) -> None:
-        if self.function not in CLASSIFY_FUNCTIONS:
-            raise ValueError(f"unknown function {self.function!r}; expected one of {', '.join(CLASSIFY_FUNCTIONS)}")
+        if self.function not in CLASSIFY_FUNCTIONS and self.function not in ACTIVATIONS:
+            known = ", ".join(dict.fromkeys([*CLASSIFY_FUNCTIONS, *ACTIVATIONS]))
+            raise ValueError(f"unknown function {self.function!r}; expected one of {known}")
 
     @classmethod
     def build(
@@ -101,10 +114,12 @@ class Classify(PerInput):
         raw_scores: bool = False,
         rank: bool = True,
         top_k: int | None = 1,
-        truncation: bool = False,
+        truncation: bool | None = None,
     ) -> Classify:
         """The task for ``model``'s classifier: scores as ``pipeline("text-classification")`` gives them by
-        default (:func:`default_function`), or the logits with ``raw_scores``.
+        default (:func:`default_function`), or the logits with ``raw_scores``. An export of a
+        sentence-transformers ``CrossEncoder`` scores with its own activation and cuts inputs to its
+        ``max_seq_length`` by default, as ``CrossEncoder.predict``.
 
         Raises:
             ValueError: unknown ``function``; ``top_k`` below 1. TypeError: an option has the wrong type.
@@ -112,8 +127,10 @@ class Classify(PerInput):
         if top_k is not None:
             check_positive_int(top_k, "top_k")
         labels = tuple(model.labels)
-        chosen = function or ("none" if raw_scores else default_function(model.manifest.problem_type, len(labels)))
-        return cls(chosen, encoder_for(model, truncation), labels, rank, top_k)
+        activation, cut, limit = _cross_encoder(model, truncation)
+        default = activation or default_function(model.manifest.problem_type, len(labels))
+        chosen = function or ("none" if raw_scores else default)
+        return cls(chosen, encoder_for(model, cut, limit), labels, rank, top_k)
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
@@ -126,7 +143,9 @@ class Classify(PerInput):
             return softmax(logits)
         if self.function == "sigmoid":
             return sigmoid(logits)
-        return logits
+        if self.function in ("none", "identity"):
+            return logits
+        return activate(self.function, logits)
 
     def finish(self, prepared: Prepared, answers: Sequence[Any]) -> list[Any]:
         """Per input: its score row, or with ``rank`` its labels sorted by score."""
@@ -146,17 +165,20 @@ class Rerank(PerInput):
 
     raw_scores: bool = False
     encoder: Encoder | None = None
+    activation: str = "sigmoid"
     name = "rerank"
     outputs = (LOGITS,)
 
     @classmethod
-    def build(cls, model: ModelFacts, *, raw_scores: bool = False, truncation: bool = False) -> Rerank:
-        """The task for ``model``'s one-logit head.
+    def build(cls, model: ModelFacts, *, raw_scores: bool = False, truncation: bool | None = None) -> Rerank:
+        """The task for ``model``'s one-logit head; an export of a sentence-transformers ``CrossEncoder`` scores
+        with its own activation and cuts pairs to its ``max_seq_length`` by default, as ``CrossEncoder.rank``.
 
         Raises:
             TypeError: an option has the wrong type.
         """
-        return cls(check_bool(raw_scores, "raw_scores"), encoder_for(model, truncation))
+        activation, cut, limit = _cross_encoder(model, truncation)
+        return cls(check_bool(raw_scores, "raw_scores"), encoder_for(model, cut, limit), activation or "sigmoid")
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
@@ -165,7 +187,10 @@ class Rerank(PerInput):
         logits = outputs[LOGITS]
         if rows is not None:
             logits = logits[rows]
-        scores = logits if self.raw_scores else sigmoid(logits)
+        if self.raw_scores or self.activation == "identity":
+            scores = logits
+        else:
+            scores = sigmoid(logits) if self.activation == "sigmoid" else activate(self.activation, logits)
         return scores[:, 0]
 
     def rank(self, scores: Sequence[Any]) -> list[RankedIndex]:

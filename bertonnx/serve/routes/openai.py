@@ -14,11 +14,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from .. import pipeline
-from ..errors import ServeError
 from ..protocol import OpenAIEmbeddingsRequest, OpenAIEmbeddingsResponse
 from ..state import ServerState
 from .server import ERROR_RESPONSES
-from .tei import truncation
+from .tei import embed_truncation
 
 __all__ = ["openai_routes"]
 
@@ -31,14 +30,13 @@ def openai_routes(state: ServerState) -> APIRouter:
     async def embeddings(body: OpenAIEmbeddingsRequest, request: Request) -> Response:
         """OpenAI's embeddings API: unit-length vectors with the server's --pooling."""
         model, _ = state.require_model()
-        if body.dimensions is not None and body.dimensions != model.hidden_size:
-            raise ServeError(
-                f"dimensions is {body.dimensions}, but this model gives {model.hidden_size}-dimensional vectors; "
-                f"omit dimensions or send {model.hidden_size}",
-                "validation",
-            )
         task = pipeline.task(
-            model, "embed", pooling=state.options.pooling, normalize=True, truncation=truncation(state, body.truncate)
+            model,
+            "embed",
+            pooling=state.options.pooling,
+            normalize=True,
+            truncation=embed_truncation(state, body.truncate),
+            dimensions=body.dimensions,
         )
         prepared, answers = await pipeline.run(state, request, task, pipeline.as_list(body.input), field="input")
         if body.encoding_format == "base64":

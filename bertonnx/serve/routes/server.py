@@ -87,7 +87,18 @@ def server_routes(state: ServerState) -> APIRouter:
                 "task": task_info(model),
                 "hidden_size": model.hidden_size,
                 "max_input_length": model.max_length,
-                "pooling": options.pooling,
+                "pooling": options.pooling or ("pipeline" if model.sentence is not None else "pooler"),
+                "sentence_transformers": None
+                if model.sentence is None
+                else {
+                    "model_type": model.sentence.model_type,
+                    "pipeline": model.sentence.describe(),
+                    "similarity_fn_name": model.sentence.similarity_fn_name,
+                    "max_seq_length": model.sentence.max_seq_length,
+                    "prompts": dict(model.sentence.prompts),
+                    "default_prompt_name": model.sentence.default_prompt_name,
+                    "truncate_dim": model.sentence.truncate_dim,
+                },
                 "threads": model.options.intra_op_threads,
                 "memory": {
                     "arena_shrinkage": model.options.arena_shrinkage,

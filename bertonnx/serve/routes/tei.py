@@ -48,6 +48,14 @@ def truncation(state: ServerState, truncate: bool | None) -> bool:
     return state.options.truncation if truncate is None else truncate
 
 
+def embed_truncation(state: ServerState, truncate: bool | None) -> bool | None:
+    """``truncation`` for ``embed``: absent and no ``--auto-truncate``, the task's own default (an export of a
+    sentence-transformers folder cuts at its ``max_seq_length``, as ``encode``; any other refuses)."""
+    if truncate is None and not state.options.truncation:
+        return None
+    return truncation(state, truncate)
+
+
 def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
     """TEI's routes; ``classifier``: ``/predict`` serves the export's classifier, else its NSP head."""
     router = APIRouter(tags=["TEI"])
@@ -61,7 +69,9 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             "embed",
             pooling=body.pooling or state.options.pooling,
             normalize=body.normalize,
-            truncation=truncation(state, body.truncate),
+            truncation=embed_truncation(state, body.truncate),
+            prompt_name=body.prompt_name,
+            dimensions=body.dimensions,
         )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs))
         return pipeline.json_answer(np.stack(answers), request)

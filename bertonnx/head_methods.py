@@ -1,4 +1,4 @@
-"""``BertOnnx``'s methods for the heads whose answers are spans or choices: ``tag``, ``answer`` and ``choose``.
+"""``BertOnnx``'s methods for its checkpoint's heads: classify, rerank, fill-mask, tag, answer and choose.
 
 They live in their own module so each file reads in one sitting; like every method of :class:`bertonnx.BertOnnx`
 they only build their task (:func:`bertonnx.tasks.make_task`: the options checked, the defaults chosen) and run its
@@ -20,6 +20,8 @@ from .manifest import TOKENIZER_FILE
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int
 from .tasks.choose import Choice
+from .tasks.classify import LabelScore, RankedIndex
+from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
 from .windows import Windowing
 
@@ -29,13 +31,13 @@ if TYPE_CHECKING:
     from .batching import Batch
     from .manifest import Manifest
 
-__all__ = ["SpanMethods"]
+__all__ = ["HeadMethods"]
 
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
 
 
-class SpanMethods:
-    """``tag``, ``answer`` and ``choose`` of :class:`bertonnx.BertOnnx` (see the module docstring)."""
+class HeadMethods:
+    """The methods of :class:`bertonnx.BertOnnx` for its checkpoint's heads (see the module docstring)."""
 
     if TYPE_CHECKING:
         manifest: Manifest
@@ -55,6 +57,167 @@ class SpanMethods:
         ) -> list[Any]: ...
 
         def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]: ...
+
+    # -- sequence classification, reranking, fill-mask ---------------------------------------------------
+
+    @overload
+    def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, pairs: str | None = ..., *, top_k: int | None = ..., truncation: bool | None = ...
+    ) -> list[LabelScore]: ...
+
+    @overload
+    def classify(
+        self,
+        texts: Iterable[str],
+        pairs: Iterable[str] | None = ...,
+        *,
+        top_k: int | None = ...,
+        truncation: bool | None = ...,
+    ) -> list[list[LabelScore]]: ...
+
+    def classify(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        top_k: int | None = 1,
+        truncation: bool | None = None,
+    ) -> list[LabelScore] | list[list[LabelScore]]:
+        """Labels of each text (or pair) by the checkpoint's classification head, as
+        ``pipeline("text-classification")`` scores them: softmax for single-label heads, sigmoid for
+        multi-label and one-logit heads, the raw value for regression.
+
+        Args:
+            texts: a string or an iterable of strings.
+            pairs: second sentences, one per text (segment id 1), or ``None``.
+            top_k: labels per input, highest score first; ``None`` for every label.
+            truncation: cut inputs longer than the model's positions instead of raising (default: off; for an
+                export of a sentence-transformers CrossEncoder on, at its ``max_seq_length``, with its own
+                activation as the default function, as ``CrossEncoder.predict``).
+
+        Returns:
+            For one string: a list of ``{"label", "score"}`` (``score`` a float); for an iterable: one such
+            list per input, in order. Labels are the checkpoint's ``id2label``.
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            TypeError: an input is not a string, ``texts`` and ``pairs`` mix a string and a list, or an option
+                has the wrong type.
+            ValueError: texts and pairs differ in length, an input is too long without truncation, or
+                ``top_k`` is below 1.
+        """
+        task = self.task("classify", top_k=top_k, truncation=truncation)
+        single = isinstance(texts, str)
+        if pairs is not None and single != isinstance(pairs, str):
+            raise TypeError("texts and pairs must both be strings or both be lists of strings")
+        ranked = self.run_task(task, texts, pairs)
+        return ranked[0] if single else ranked
+
+    def classify_scores(
+        self,
+        texts: str | Iterable[str],
+        pairs: str | Iterable[str] | None = None,
+        *,
+        function: str | None = None,
+        truncation: bool | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> np.ndarray:
+        """Every label's score per input, ``[n, num_labels]`` float32, columns in ``id2label`` order.
+
+        Args:
+            function: ``softmax``, ``sigmoid`` or ``none`` (the logits); default: as
+                ``pipeline("text-classification")`` for this head (see :meth:`classify`).
+
+        Raises:
+            HeadMissingError: the export has no classification head.
+            ValueError, TypeError: as :meth:`classify`.
+        """
+        task = self.task("classify", function=function, rank=False, top_k=None, truncation=truncation)
+        found = self.run_task(task, texts, pairs, batch_size=batch_size)
+        return np.stack(found) if found else np.zeros((0, len(self.labels)), dtype=np.float32)
+
+    @property
+    def labels(self) -> list[str]:
+        """The classifier's label names in logit order (``id2label``; ``LABEL_i`` where it names none), or
+        ``[]`` for an export without a classifier."""
+        id2label = self.manifest.id2label or {}
+        return [id2label.get(i, f"LABEL_{i}") for i in range(self.manifest.num_labels or 0)]
+
+    def rerank(
+        self,
+        query: str,
+        texts: Iterable[str],
+        *,
+        truncation: bool | None = None,
+        raw_scores: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[RankedIndex]:
+        """Texts ranked by a one-logit cross-encoder's relevance to ``query`` (TEI's ``/rerank`` shape).
+
+        Each ``(query, text)`` pair is one input (query as segment 0); its score is the sigmoid of the logit.
+
+        Args:
+            query: the query.
+            texts: the texts to rank.
+            truncation: cut pairs longer than the model's positions (longest side first) instead of raising
+                (default: off; for an export of a sentence-transformers CrossEncoder on, at its
+                ``max_seq_length``, scored with its own activation, as ``CrossEncoder.rank``).
+            raw_scores: give the logit instead of its sigmoid.
+            batch_size: pairs per ``session.run`` at most.
+
+        Returns:
+            ``[{"index", "score"}]`` for every text, highest score first; ``index`` is the text's position.
+
+        Raises:
+            HeadMissingError: the export is not a one-logit cross-encoder.
+            TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
+            ValueError: a pair is too long without truncation.
+        """
+        task = self.task("rerank", raw_scores=raw_scores, truncation=truncation)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
+        items = text_list(texts, "texts")
+        result: list[RankedIndex] = task.rank(self.run_task(task, [query] * len(items), items, batch_size=batch_size))
+        return result
+
+    @overload
+    def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[MaskFill]]: ...
+
+    @overload
+    def fill_mask(
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
+    ) -> list[list[list[MaskFill]]]: ...
+
+    def fill_mask(
+        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
+    ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
+        """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
+        scores and fields).
+
+        Only the hidden states at ``[MASK]`` positions go through the vocabulary projection, so the cost
+        grows with the number of masks, not with every token.
+
+        Args:
+            texts: a string or an iterable of strings, each with at least one ``[MASK]``.
+            top_k: candidates per mask.
+            truncation: cut texts longer than the model's positions instead of raising.
+
+        Returns:
+            For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
+            "token_str", "sequence"}``, highest score first; for an iterable, one such list per text.
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+            TypeError: an input is not a string, or an option has the wrong type.
+            ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
+                truncation, or ``top_k`` is below 1.
+        """
+        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
+        return answers[0] if isinstance(texts, str) else answers
 
     # -- token classification, question answering, multiple choice (bertonnx.tasks) ---------------------
 
