@@ -45,6 +45,13 @@ INT8_MAX = 127.0
 UINT8_MAX = 255.0
 #: Signed rows are stored as uint8 with this offset (q + 128), so onnxruntime runs its u8 x s8 kernel (VNNI).
 INT8_ROW_OFFSET = 128
+#: Without VNNI (AVX2: vpmaddubsw) that kernel adds the products of K rows 2j and 2j + 1 in int16, saturating:
+#: a uint8 value up to 255 times |w_2j| + |w_2j+1| must stay <= 32767, so <= 128. Each weight column's scale
+#: therefore bounds every such pair's |sum| by this (rounding adds at most 1), not each weight by 127; a weight
+#: keeps the full 127 steps where its pair partner is 0. Unbounded, the sums saturated on AVX2 (MiniLM min
+#: cosine 0.9906, tagged entity scores off by 0.45); VNNI has no int16 step, so there the bound only costs
+#: resolution (benchmarks/FASTPATH.md, 2026-12-03). One recipe is right on both kinds of CPU.
+INT8_PAIR_MAX = 127.0
 #: A bound below GELU's minimum (-0.16997): a GELU output shifted up by it is never negative, so its rows
 #: are quantized unsigned over [0, max] with twice the resolution; the shift is folded into a bias.
 GELU_SHIFT = 0.17
@@ -155,6 +162,16 @@ def _is_gelu_output(name: str, producers: dict[str, Any]) -> bool:
     return False
 
 
+def weight_peaks(rows: np.ndarray, pair_bound: bool) -> np.ndarray:
+    """Per column of ``rows`` ``[K, N]``: max |w|, or with ``pair_bound`` max |w[2j]| + |w[2j+1]| (odd K: a 0 row)."""
+    magnitudes = np.abs(rows)
+    if not pair_bound:
+        return magnitudes.max(axis=0)
+    if len(magnitudes) % 2:
+        magnitudes = np.vstack([magnitudes, np.zeros_like(magnitudes[:1])])
+    return magnitudes.reshape(-1, 2, magnitudes.shape[1]).sum(axis=1).max(axis=0)
+
+
 def per_row_int8(
     model: Any,
     calibration: list[dict[str, np.ndarray]] | None,
@@ -164,15 +181,18 @@ def per_row_int8(
     skip: Callable[[str], bool] = lambda node_name: False,
     gelu_block: int | None = None,
     other_block: int | None = None,
+    pair_bound: bool = True,
 ) -> int:
     """Rewrite ``model`` (an fp32 ``onnx.ModelProto``, in place) so every weight MatMul runs in per-row int8.
 
     For each input ``x`` of MatMuls with a 2-D initializer ``W`` (Q, K and V share one): optional smoothing
     ``x * (1/s)`` with ``W * s`` (``s = peak_x**a / peak_W**(1-a)`` per input channel, ``calibration``
     needed), then per row ``scale = max|x| / 127``, ``q = QuantizeLinear(x / scale) + 128`` (uint8),
-    ``MatMulIntegerToFloat(q, int8 W, per-column W scale)`` times ``scale``. A GELU output is shifted by
-    ``GELU_SHIFT`` and quantized unsigned (``scale = max x / 255``) when ``unsigned_gelu``; the shift's
-    product with ``W`` is subtracted as a constant. MatMuls for which ``skip(node name)`` holds stay fp32.
+    ``MatMulIntegerToFloat(q, int8 W, per-column W scale)`` times ``scale``; with ``pair_bound`` the W scale
+    keeps ``|W[2j]| + |W[2j+1]| <= INT8_PAIR_MAX + 1`` (no int16 saturation without VNNI). A GELU output is
+    shifted by ``GELU_SHIFT`` and quantized unsigned (``scale = max x / 255``) when ``unsigned_gelu``; the
+    shift's product with ``W`` is subtracted as a constant. MatMuls for which ``skip(node name)`` holds stay
+    fp32.
 
     Returns:
         How many MatMuls were rewritten.
@@ -274,7 +294,8 @@ def per_row_int8(
         terms = []
         for q, scale, zero_point, first, last in parts:
             rows = weight[first:last]
-            w_scale = (np.maximum(np.abs(rows).max(axis=0), ROW_SCALE_EPS) / INT8_MAX).astype(np.float32)
+            w_max = INT8_PAIR_MAX if pair_bound else INT8_MAX
+            w_scale = (np.maximum(weight_peaks(rows, pair_bound), ROW_SCALE_EPS) / w_max).astype(np.float32)
             w_q = np.clip(np.round(rows / w_scale), -INT8_MAX, INT8_MAX).astype(np.int8)
             dequantized[first:last] = w_q.astype(np.float32) * w_scale
             w_name = f"{name}_int8_{first}"
@@ -335,7 +356,7 @@ def build_int8(source: Path, target: Path, calibration: list[dict[str, np.ndarra
         "method": "per-row int8 (onnxruntime MatMulIntegerToFloat)",
         "source": VARIANT_FILES["fp32"],
         "activations": "int8 per row (token), scale max|x|/127 at run time; GELU outputs uint8 after a shift",
-        "weights": "int8 per output channel, symmetric",
+        "weights": "int8 per output channel, symmetric; |w[2j]| + |w[2j+1]| <= 128 (no int16 saturation)",
         "smoothing_alpha": INT8_SMOOTH_ALPHA,
         "calibration_texts": len(calibration),
         "matmuls": count,
