@@ -68,8 +68,13 @@ CALIBRATION_TEXTS = (
 )
 
 
-def build_optimized(source: Path, target: Path, num_heads: int, hidden_size: int) -> dict[str, int]:
+def build_optimized(
+    source: Path, target: Path, num_heads: int, hidden_size: int, model_type: str = "bert"
+) -> dict[str, int]:
     """Write the transformer-fused graph of ``source`` to ``target``.
+
+    Args:
+        model_type: onnxruntime's optimizer model type for the family (:attr:`bertonnx.table.Family.fusion`).
 
     Returns:
         Fused-operator counts (only those found).
@@ -80,10 +85,10 @@ def build_optimized(source: Path, target: Path, num_heads: int, hidden_size: int
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    options = FusionOptions("bert")
+    options = FusionOptions(model_type)
     optimized = optimize_model(
         str(source),
-        model_type="bert",
+        model_type=model_type,
         num_heads=num_heads,
         hidden_size=hidden_size,
         optimization_options=options,
@@ -131,8 +136,9 @@ def _channel_peaks(model: Any, names: list[str], feeds: list[dict[str, np.ndarra
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
     peaks: dict[str, np.ndarray] = {}
+    inputs = [i.name for i in session.get_inputs()]
     for feed in feeds:
-        for name, value in zip(names, session.run(names, feed), strict=True):
+        for name, value in zip(names, session.run(names, {k: feed[k] for k in inputs}), strict=True):
             current = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
             peaks[name] = np.maximum(peaks[name], current) if name in peaks else current
     return peaks
