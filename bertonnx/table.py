@@ -380,11 +380,18 @@ class TaskRow:
     summary: str
 
     def fix(self, prefix: str) -> str:
-        """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``)."""
+        """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``); a family
+        without such a class (RoBERTa has no NSP head) is told so and pointed at BERT's."""
         if not self.checkpoints:
             return self.condition
-        names = " or ".join(prefix + suffix for suffix in self.checkpoints)
-        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "")
+        family = next((f for f in FAMILIES.values() if f.prefix == prefix), None)
+        suffixes = [s for s in self.checkpoints if family is None or s in family.architectures]
+        names = " or ".join(prefix + suffix for suffix in suffixes)
+        note = ""
+        if not suffixes:  # the family has no class with this head
+            names = " or ".join("Bert" + suffix for suffix in self.checkpoints)
+            note = f" ({prefix} has no class with this head)"
+        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "") + note
 
 
 TASKS: Mapping[str, TaskRow] = {
