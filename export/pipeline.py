@@ -149,7 +149,7 @@ def _parameter_counts(source: Source) -> dict[str, int]:
     if pooler is not None:
         counts["pooler"] = sum(p.numel() for p in pooler.parameters())
     counted = {"nsp": "nsp_head", "classifier": "classifier_head", "token_classifier": "token_classifier_head"}
-    counted.update(qa="qa_head", discriminator="discriminator_head")
+    counted.update(qa="qa_head", choice="choice_head", discriminator="discriminator_head")
     for head, key in counted.items():
         if head in row.heads:
             modules = [_module(model, path) for path in row.family.modules(head)]

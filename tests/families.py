@@ -81,6 +81,8 @@ CLASSES = {
 FAMILY_SEED = 4321
 WEIGHT_STD = 0.05
 VOCAB_SIZE = 600
+#: Tokens an input may have in every family here (RoBERTa, XLM-R and MPNet embed 514 positions for them).
+MAX_TOKENS = 512
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MPNET_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"]
@@ -129,6 +131,7 @@ def build_tokenizer(family: str, directory: str | Path) -> Any:
         wordpiece.train_from_iterator(CORPUS, vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=specials)
         (vocab,) = wordpiece.save_model(str(path))
         tokenizer = fast(vocab_file=vocab)
+    tokenizer.model_max_length = MAX_TOKENS  # as published tokenizers say it (the pipelines' windows need it)
     tokenizer.save_pretrained(str(path))
     return tokenizer
 
