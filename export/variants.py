@@ -227,6 +227,14 @@ def per_row_int8(
                     / np.maximum(w_peak, SMOOTH_EPS) ** (1 - smooth_alpha)
                 ).astype(np.float32)
             unsigned = unsigned_gelu and _is_gelu_output(x, producers)
+            if unsigned and x in peaks:
+                # The shift GELU_SHIFT / s of a channel that is (almost) never positive (a dead FFN unit: peak ~0,
+                # so s ~0) would dwarf every other channel of the row and leave them no resolution (real MPNet:
+                # hidden cosine 0.31). Such channels are smoothed by the range that is quantized, peak + shift.
+                top = float(np.max(peaks[x] / smooth))
+                dead = GELU_SHIFT / smooth > top
+                shifted = (peaks[x] + GELU_SHIFT) ** smooth_alpha / np.maximum(w_peak, SMOOTH_EPS) ** (1 - smooth_alpha)
+                smooth = np.where(dead, shifted, smooth).astype(np.float32)
             p = f"{x}_int8"
             source, shift = x, None
             if x in peaks:

