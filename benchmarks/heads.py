@@ -142,8 +142,8 @@ def fill_mask_cost(args: argparse.Namespace) -> dict[str, Any]:
     batch = make_batch([encoding], [0])
     encoder_ms = median_ms(lambda: model.run_batch(batch, ["last_hidden_state"]))
     states = model.run_batch(batch, ["last_hidden_state"])["last_hidden_state"][0]
-    every_position_ms = median_ms(lambda: model._run_mlm_head(np.ascontiguousarray(states)))
-    task = model.fill_mask_task(5)
+    every_position_ms = median_ms(lambda: model.run_mlm_head(np.ascontiguousarray(states)))
+    task = model.task("fill_mask", top_k=5)
     rows = []
     for masks in args.masks:
         step = max(1, len(words) // masks)

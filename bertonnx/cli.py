@@ -136,6 +136,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lines.append(
             f"  {name:<10} {v['file']:<22} {(v['size_bytes'] or 0) / 1e6:8.1f} MB  {v['backend']:<12} {gate}: {worst}"
         )
+    for name, refused in facts["refused_variants"].items():
+        lines.append(f"  {name:<10} not written: its parity gate at export found {refused['reason']}")
     _emit(args, facts, "\n".join(lines))
     return EXIT_OK
 
@@ -502,6 +504,7 @@ COMMANDS: dict[str, Command | str] = {
     ),
     "tag": "bertonnx.cli_spans:TAG_COMMAND",
     "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
+    "choose": "bertonnx.cli_spans:CHOOSE_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

@@ -1,4 +1,4 @@
-"""``bertonnx tag`` and ``bertonnx answer``: named entities and extractive answers from the command line.
+"""``bertonnx tag``, ``answer`` and ``choose``: entities, extractive answers and multiple choice from the command line.
 
 Both print one line per entity or answer, ``start``/``end`` character offsets into the text as given, or
 with ``--json`` the pipeline-shaped answer (:meth:`bertonnx.BertOnnx.tag`, :meth:`bertonnx.BertOnnx.answer`).
@@ -12,27 +12,13 @@ import json
 from typing import Any
 
 from .cli import _add_model_args, _load, _random_banner
-from .command import EXIT_OK, ArgumentParser, Command, CommandError, non_negative_int, positive_int
+from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error, non_negative_int, positive_int
 from .files import read_lines, read_text
 from .model import DEFAULT_BATCH_SIZE
 from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 
-__all__ = ["ANSWER_COMMAND", "TAG_COMMAND"]
-
-
-def _command_line_terms(message: str) -> str:
-    """A runtime message with its Python keywords spelled as this command's options."""
-    for python, option in (
-        ("pass stride (e.g. stride=128)", "pass --stride (e.g. --stride 128)"),
-        ("aggregation_strategy", "--aggregation-strategy"),
-        ("max_answer_len", "--max-answer-len"),
-        ("doc_stride", "--doc-stride"),
-        ("max_seq_len", "--max-seq-len"),
-        ("top_k", "--top-k"),
-    ):
-        message = message.replace(python, option)
-    return message
+__all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
 
 
 # -- tag ---------------------------------------------------------------------------------------------
@@ -77,8 +63,8 @@ def cmd_tag(args: argparse.Namespace) -> int:
     model = _load(args)
     try:
         found = model.tag(texts, args.aggregation_strategy, ignore, args.stride, batch_size=args.batch_size)
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
+        raise CommandError(describe_error(exc)) from exc
     if args.json:
         print(json.dumps(found if len(texts) != 1 or args.input else found[0], ensure_ascii=False))
         return EXIT_OK
@@ -156,8 +142,8 @@ def cmd_answer(args: argparse.Namespace) -> int:
             args.handle_impossible_answer,
             max_seq_len=args.max_seq_len,
         )
-    except ValueError as exc:
-        raise CommandError(_command_line_terms(str(exc))) from exc
+    except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
+        raise CommandError(describe_error(exc)) from exc
     if args.json:
         print(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
         return EXIT_OK
@@ -176,4 +162,46 @@ ANSWER_COMMAND = Command(
     _answer_arguments,
     cmd_answer,
     epilog=ANSWER_EPILOG,
+)
+
+
+# -- choose ------------------------------------------------------------------------------------------
+
+CHOOSE_EPILOG = """\
+The context comes from --context TEXT; each CHOICE argument is one choice (at least 2). Output: every choice
+with its probability (the softmax over the choices' logits), the best marked with *; --json prints
+{"index", "choice", "score", "scores"} (the best choice's position, text and probability, and every choice's)."""
+
+
+def _choose_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser)
+    parser.add_argument("--context", required=True, metavar="TEXT", help="the context (question, sentence start)")
+    parser.add_argument("choices", metavar="CHOICE", nargs="+", help="the choices (at least 2)")
+    parser.add_argument(
+        "--truncation", action="store_true", help="cut long (context, choice) pairs instead of refusing"
+    )
+
+
+def cmd_choose(args: argparse.Namespace) -> int:
+    model = _load(args)
+    try:
+        found = model.choose(args.context, list(args.choices), truncation=args.truncation)
+    except ValueError as exc:
+        raise CommandError(describe_error(exc)) from exc
+    if args.json:
+        print(json.dumps({**found, "random_weights": model.manifest.random_weights}, ensure_ascii=False))
+        return EXIT_OK
+    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    for index, (choice, score) in enumerate(zip(args.choices, found["scores"], strict=True)):
+        lines.append(f"{'*' if index == found['index'] else ' '} {score:.4f}  {choice}")
+    print("\n".join(line for line in lines if line))
+    return EXIT_OK
+
+
+CHOOSE_COMMAND = Command(
+    "choose",
+    "the best of several CHOICEs for --context (multiple-choice exports)",
+    _choose_arguments,
+    cmd_choose,
+    epilog=CHOOSE_EPILOG,
 )

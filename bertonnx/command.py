@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .errors import InputTooLongError, VariantMissingError
+from .errors import InputTooLongError, OptionError, VariantMissingError, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
 
@@ -184,9 +184,24 @@ def describe_error(exc: BaseException) -> str:
     wording: their attributes, with the option that fixes them.
     """
     if isinstance(exc, InputTooLongError):
+        if exc.option == "stride":
+            return (
+                f"text {exc.index} has {exc.length} tokens, more than the {exc.max_length} the model takes; pass "
+                "--stride (e.g. --stride 128) to tag it in overlapping windows, merged as transformers' pipeline "
+                "merges them"
+            )
+        count = f"{exc.length} tokens" if exc.length is not None else "more tokens"
         return (
-            f"input {exc.index} has {exc.length} tokens, more than the limit of {exc.max_length}; pass --truncation "
+            f"input {exc.index} has {count}, more than the limit of {exc.max_length}; pass --truncation "
             "to cut it, or split the text"
+        )
+    if isinstance(exc, OptionError):
+        flag = "--" + exc.option.replace("_", "-")
+        return f"{flag} must be {exc.expected}, got {exc.value!r}" + (f"; {exc.fix}" if exc.fix else "")
+    if isinstance(exc, VariantMissingError) and exc.reason is not None:  # re-exporting would refuse it again
+        return (
+            f"{exc.directory} has no {exc.variant!r} variant ({exc.reason}); it holds {', '.join(exc.available)}. "
+            f"Pick one with --variant, e.g. --variant {preferred_variant(exc.available)}"
         )
     if isinstance(exc, VariantMissingError):
         return (

@@ -35,9 +35,9 @@ from .batching import (
 if TYPE_CHECKING:
     from tokenizers import Encoding
 
-    from .tasks import Task
+    from .tasks import Prepared, Task
 
-__all__ = ["Encode", "RunBatch", "in_order", "list_in_order", "plan", "run", "run_mixed", "stream"]
+__all__ = ["Encode", "RunBatch", "answers", "in_order", "list_in_order", "plan", "run", "run_mixed", "stream"]
 
 #: Runs one padded batch for the named graph outputs (``BertOnnx.run_batch``).
 RunBatch = Callable[[Batch, Sequence[str]], Mapping[str, np.ndarray]]
@@ -124,3 +124,41 @@ def run_mixed(run_batch: RunBatch, batch: Batch, tasks: Sequence[Task]) -> list[
         for row, answer in zip(rows, task.postprocess(outputs, batch, selected), strict=True):
             answers[row] = answer
     return answers
+
+
+def answers(
+    run_batch: RunBatch,
+    task: Task,
+    chunks: Iterable[tuple[int, list[Any], list[Any] | None]],
+    limits: BatchLimits,
+) -> Iterator[Any]:
+    """Every input's answer, in order: the whole of a task's steps for any number of inputs.
+
+    Each chunk (``(first_index, first, second)``, as :func:`bertonnx.batching.iter_chunks` gives) is prepared
+    by the task; the units of prepared chunks are gathered until they hold ``task.window_tokens`` tokens, then
+    sorted by length, cut into batches by ``limits``, run for ``task.outputs`` and post-processed; each chunk
+    is then finished and its answers yielded. Memory stays bounded by the sorting window.
+
+    Raises:
+        whatever the task's ``prepare`` raises (an input too long, a bad option ...).
+    """
+    window: list[Prepared] = []
+    tokens = 0
+    for start, first, second in chunks:
+        prepared = task.prepare(first, second, start)
+        window.append(prepared)
+        tokens += prepared.tokens
+        if tokens >= task.window_tokens:
+            yield from _finish_window(run_batch, task, window, limits)
+            window, tokens = [], 0
+    yield from _finish_window(run_batch, task, window, limits)
+
+
+def _finish_window(run_batch: RunBatch, task: Task, window: list[Prepared], limits: BatchLimits) -> Iterator[Any]:
+    units = [unit for prepared in window for unit in prepared.units]
+    found = list_in_order(run(run_batch, task, plan(units, limits))) if units else []
+    start = 0
+    for prepared in window:
+        stop = start + len(prepared.units)
+        yield from task.finish(prepared, found[start:stop])
+        start = stop

@@ -26,6 +26,7 @@ __all__ = [
     "HeadMissingError",
     "InputTooLongError",
     "ModelDirectoryError",
+    "OptionError",
     "QueueFullError",
     "RandomWeightsWarning",
     "RequestTooLargeError",
@@ -93,25 +94,58 @@ class RandomWeightsWarning(UserWarning):
 
 
 class InputTooLongError(ValueError):
-    """An input has more tokens than the limit and truncation is off.
+    """An input has more tokens than the limit and nothing may cut it.
 
     Attributes:
         index: the input's position in the caller's inputs (from 0).
-        length: its tokens, ``[CLS]`` and ``[SEP]`` included.
+        length: its tokens, ``[CLS]`` and ``[SEP]`` included; ``None`` when only "more than ``max_length``" is
+            known (a very long text is refused without tokenizing all of it).
         max_length: the limit it passed.
+        option: the option that would take it: ``truncation`` (cut it) or ``stride`` (``tag``: windows).
     """
 
-    def __init__(self, index: int, length: int, max_length: int) -> None:
-        super().__init__(
-            f"input {index} has {length} tokens, more than max_length={max_length}. Pass truncation=True to cut "
-            "it (longest sequence first for pairs), or split the text."
-        )
+    def __init__(self, index: int, length: int | None, max_length: int, option: str = "truncation") -> None:
+        count = f"{length} tokens" if length is not None else "more tokens"
+        if option == "stride":
+            message = (
+                f"text {index} has {count}, more than the {max_length} the model takes; pass stride (e.g. "
+                "stride=128) to tag it in overlapping windows, merged as transformers' pipeline merges them"
+            )
+        else:
+            message = (
+                f"input {index} has {count}, more than max_length={max_length}. Pass truncation=True to cut "
+                "it (longest sequence first for pairs), or split the text."
+            )
+        super().__init__(message)
         self.index = index
         self.length = length
         self.max_length = max_length
+        self.option = option
 
-    def __reduce__(self) -> tuple[type[InputTooLongError], tuple[int, int, int]]:
-        return (InputTooLongError, (self.index, self.length, self.max_length))
+    def __reduce__(self) -> tuple[type[InputTooLongError], tuple[int, int | None, int, str]]:
+        return (InputTooLongError, (self.index, self.length, self.max_length, self.option))
+
+
+class OptionError(ValueError):
+    """An option's value is out of range. The message is in Python terms; each edge words it in its own
+    (the command line's flag, the HTTP field) from the attributes.
+
+    Attributes:
+        option: the option's Python name (``stride``, ``max_seq_len`` ...), as :mod:`bertonnx.vocabulary` names it.
+        value: the value given.
+        expected: what it must be (``">= 0 and smaller than 510"``).
+        fix: what to do instead, without naming the option's spelling (``"e.g. 128"``).
+    """
+
+    def __init__(self, option: str, value: object, expected: str, fix: str = "") -> None:
+        super().__init__(f"{option} must be {expected}, got {value!r}" + (f"; {fix}" if fix else ""))
+        self.option = option
+        self.value = value
+        self.expected = expected
+        self.fix = fix
+
+    def __reduce__(self) -> tuple[type[OptionError], tuple[str, object, str, str]]:
+        return (OptionError, (self.option, self.value, self.expected, self.fix))
 
 
 class VariantMissingError(ValueError):
@@ -121,19 +155,41 @@ class VariantMissingError(ValueError):
         directory: the model directory.
         variant: the variant asked for.
         available: the variants the directory holds.
+        reason: why the export did not write it, when its manifest says (a lossy variant refused by its
+            parity gate: ``"it failed its parity gate at export: logits_score_max_abs = 0.036 > 0.01"``), else
+            ``None``.
     """
 
-    def __init__(self, directory: str | Path, variant: str, available: Sequence[str]) -> None:
-        super().__init__(
-            f"{directory} has no {variant!r} variant; it holds {', '.join(available)}. Pick one of those, or "
-            f"re-export with `bertonnx export ... --variants {variant}`."
-        )
+    def __init__(
+        self, directory: str | Path, variant: str, available: Sequence[str], reason: str | None = None
+    ) -> None:
+        if reason is None:
+            message = (
+                f"{directory} has no {variant!r} variant; it holds {', '.join(available)}. Pick one of those, or "
+                f"re-export with `bertonnx export ... --variants {variant}`."
+            )
+        else:  # re-exporting the same checkpoint would fail the same gate
+            message = (
+                f"{directory} has no {variant!r} variant ({reason}); it holds {', '.join(available)}. Pick one of "
+                f"those, e.g. variant={preferred_variant(available)!r}."
+            )
+        super().__init__(message)
         self.directory = str(directory)
         self.variant = variant
         self.available = tuple(available)
+        self.reason = reason
 
-    def __reduce__(self) -> tuple[type[VariantMissingError], tuple[str, str, tuple[str, ...]]]:
-        return (VariantMissingError, (self.directory, self.variant, self.available))
+    def __reduce__(self) -> tuple[type[VariantMissingError], tuple[str, str, tuple[str, ...], str | None]]:
+        return (VariantMissingError, (self.directory, self.variant, self.available, self.reason))
+
+
+#: The variant to suggest instead of a missing one, best first: the fused exact graph, then the others.
+PREFERRED_VARIANTS = ("optimized", "fp32", "int8", "bf16")
+
+
+def preferred_variant(available: Sequence[str]) -> str:
+    """The variant of ``available`` to suggest instead of a missing one (see :data:`PREFERRED_VARIANTS`)."""
+    return next((v for v in PREFERRED_VARIANTS if v in available), available[0] if available else "fp32")
 
 
 # -- serving (raised by the scheduler and the request steps; the server maps them) -----------------------

@@ -1,7 +1,7 @@
 """Every exit code of every ``bertonnx`` command, in one place.
 
 0 and 2 mean the same for every command (success; bad usage or input, with one line on stderr naming the
-problem and the fix), 70 is a bug, 130 an interrupt and 141 a closed stdout. 1, 3 and 4 carry a meaning of
+problem and the fix), 70 is a bug, 130 an interrupt and 141 a closed stdout. 1, 3, 4 and 5 carry a meaning of
 the command that returns them; each has its own name here so a caller can test for it by name.
 """
 
@@ -20,6 +20,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_STARTUP_FAILED",
     "EXIT_USAGE",
+    "EXIT_VARIANT_REFUSED",
 ]
 
 EXIT_OK = 0
@@ -48,3 +49,6 @@ EXIT_LOAD_FAILED = 3
 EXIT_HUB_UNREACHABLE = 4
 #: ``bertonnx serve``: uvicorn could not start listening (a race after the CLI's own address check).
 EXIT_STARTUP_FAILED = 4
+#: ``bertonnx export``: a lossy variant named by ``--variants`` (int8, bf16) missed its parity gate and was not
+#: written; the variants that passed were published (without ``--variants`` the same refusal is a note, exit 0).
+EXIT_VARIANT_REFUSED = 5

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ModelDirectoryError
-from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Manifest
+from .manifest import ONNXRUNTIME_BACKEND, VARIANT_BACKENDS, VARIANT_FILES, Manifest, refusal_text
 
 if TYPE_CHECKING:
     import onnx
@@ -189,6 +189,10 @@ def describe(manifest: Manifest) -> dict[str, Any]:
         "outputs": outputs,
         "opset": opset,
         "variants": variants,
+        "refused_variants": {
+            name: {"reason": refusal_text(record), "breaches": record.get("breaches", [])}
+            for name, record in manifest.refused_variants.items()
+        },
         "versions": manifest.data.get("versions"),
     }
 

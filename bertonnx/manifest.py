@@ -37,6 +37,7 @@ __all__ = [
     "OPENVINO_BACKEND",
     "OUTPUT_NAMES",
     "PER_TOKEN_OUTPUTS",
+    "REFUSED_VARIANTS_KEY",
     "TOKENIZER_FILE",
     "VARIANT_BACKENDS",
     "VARIANT_FILES",
@@ -44,6 +45,7 @@ __all__ = [
     "Manifest",
     "MlmHeadRecord",
     "read_manifest",
+    "refusal_text",
     "sha256_file",
 ]
 
@@ -102,6 +104,10 @@ HEAD_SEEDED = "seeded"
 #: As in transformers' ``BertForPreTraining``: logit 0 means "sentence B follows sentence A".
 NSP_IS_NEXT_INDEX = 0
 
+#: The manifest block of lossy variants (int8, bf16) the export did not write because they missed their parity
+#: gate: ``{variant: {"measure", "value", "limit", "breaches", "parity"}}``. Absent in older exports.
+REFUSED_VARIANTS_KEY = "refused_variants"
+
 _HASH_CHUNK_BYTES = 1 << 22
 _REQUIRED_CONFIG_KEYS = (
     "num_hidden_layers",
@@ -121,6 +127,27 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(_HASH_CHUNK_BYTES):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _breach_figure(measure: str, value: float, limit: float) -> str:
+    """``value`` as people read it (cosines with 5 decimals, agreements with 3, differences with 3 significant
+    digits), with more digits when fewer would not show it on the wrong side of ``limit``."""
+    above = measure.endswith("_max_abs")
+    kind = "g" if above else "f"
+    digits = 5 if measure.endswith("_min_cosine") else 3
+    for extra in range(12):
+        text = f"{value:.{digits + extra}{kind}}"
+        if (float(text) > limit) if above else (float(text) < limit):
+            return text
+    return repr(value)
+
+
+def refusal_text(record: dict[str, Any]) -> str:
+    """A ``refused_variants`` record's first breach in words, e.g. ``logits_score_max_abs = 0.036 > 0.01``
+    (a ``*_max_abs`` measure is breached above its limit, a cosine or an agreement below it)."""
+    measure, value, limit = str(record["measure"]), float(record["value"]), float(record["limit"])
+    sign = ">" if measure.endswith("_max_abs") else "<"
+    return f"{measure} = {_breach_figure(measure, value, limit)} {sign} {limit:g}"
 
 
 @dataclass(frozen=True)
@@ -313,10 +340,19 @@ class Manifest:
         outputs = graph.get("outputs")
         return tuple(str(o["name"]) for o in outputs) if outputs else OUTPUT_NAMES
 
+    @property
+    def refused_variants(self) -> dict[str, dict[str, Any]]:
+        """Lossy variants the export did not write because they missed their parity gate -> the record of
+        the breach (``measure``, ``value``, ``limit``, ``breaches``, ``parity``); empty for older exports."""
+        return dict(self.data.get(REFUSED_VARIANTS_KEY) or {})
+
     def require_variant(self, variant: str) -> None:
-        """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``."""
+        """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``; its
+        ``reason`` says why when the export refused the variant at its parity gate."""
         if variant not in self.data["variants"]:
-            raise VariantMissingError(self.directory, variant, list(self.data["variants"]))
+            refused = self.refused_variants.get(variant)
+            reason = f"it failed its parity gate at export: {refusal_text(refused)}" if refused else None
+            raise VariantMissingError(self.directory, variant, list(self.data["variants"]), reason)
 
     def variant_files(self, variant: str) -> list[str]:
         """The files of ``variant``: its graph, then its external-data file when it has one."""

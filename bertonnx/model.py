@@ -8,10 +8,7 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
-import json
-import warnings
-from collections.abc import Collection, Iterable, Iterator, Mapping, MappingView, Sequence, Set
-from functools import cached_property
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -26,28 +23,26 @@ from .batching import (
     BatchLimits,
     iter_chunks,
 )
-from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError
+from .inputs import as_texts, checked_texts, text_list
+from .loading import VERIFY_MODES, clean_up_spaces, open_graph, open_mlm_head, runtime_options, warn_if_random
 from .manifest import (
-    INPUT_NAMES,
     ONNXRUNTIME_BACKEND,
     OUTPUT_NAMES,
     TOKENIZER_FILE,
-    VARIANT_BACKENDS,
-    VARIANT_FILES,
     Manifest,
     read_manifest,
 )
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
-from .session import build_session, open_variant_session, release_freed_memory, run_options
-from .tasks import POOLING_MODES, Embed, Graph, Nsp
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN, answer_questions
-from .tasks.classify import Classify, LabelScore, RankedIndex, default_function, rank_labels, rank_texts
-from .tasks.fill_mask import FillMask, MaskFill, check_masks
+from .session import release_freed_memory, run_options
+from .span_methods import SpanMethods
+from .tasks import DEFAULT_POOLING, POOLING_MODES, Graph, make_task
+from .tasks.base import check_positive_int, encoder_for
+from .tasks.classify import LabelScore, RankedIndex
+from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
 from .tasks.graph import assemble
-from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings, check_ignore_labels, tag_texts
-from .tokenizer import SPECIAL_TOKENS_PAIR, TextTokenizer
-from .windows import Windowing
+from .tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -67,69 +62,9 @@ __all__ = [
 DEFAULT_VARIANT = "fp32"
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
-#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
-#: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
-VERIFY_MODES = ("size", "sha256")
 
 
-def _as_texts(value: object, name: str) -> Iterable[str]:
-    """A single string becomes one input; lists, tuples, arrays of str and other ordered iterables
-    (generators too) pass through, checked lazily. Sets (no order for the results to follow), mappings and
-    their views (a dict would be read as its keys) are refused."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (Mapping, MappingView)):
-        raise TypeError(
-            f"{name} is a {type(value).__name__}: a mapping or a view of one is not taken as texts (a dict "
-            "would be read as its keys); pass a list of str, e.g. list(d.values())"
-        )
-    if isinstance(value, Set):
-        raise TypeError(
-            f"{name} is a {type(value).__name__}, which has no order for the results to follow; pass a list "
-            "of str, e.g. sorted(...)"
-        )
-    if isinstance(value, (bytes, bytearray)) or not isinstance(value, Iterable):
-        raise TypeError(f"{name} must be a str or an iterable of str, got {type(value).__name__}")
-    return value
-
-
-def _checked(items: Iterable[object], name: str) -> Iterator[str]:
-    for index, item in enumerate(items):
-        if not isinstance(item, str):
-            got = "None" if item is None else type(item).__name__
-            raise TypeError(f"{name}[{index}] is {got}; every input must be a str")
-        yield item
-
-
-#: The token ``fill_mask`` predicts.
-MASK_TOKEN = "[MASK]"
-
-
-def _clean_up_spaces(manifest: Manifest) -> bool:
-    """transformers' ``clean_up_tokenization_spaces`` from the export's ``tokenizer_config.json`` (BERT: True)."""
-    record = manifest.files.get("tokenizer_config.json")
-    if record is None:
-        return True
-    try:
-        config = json.loads((manifest.directory / record.name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return True
-    return bool(config.get("clean_up_tokenization_spaces", True)) if isinstance(config, dict) else True
-
-
-def _check_top_k(value: object, name: str = "top_k") -> int:
-    return _check_positive_int(value, name)
-
-
-def _check_positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
-
-
-class BertOnnx:
+class BertOnnx(SpanMethods):
     """BERT encoder, pooler and next-sentence head from a ``bertonnx export`` directory, on onnxruntime
     (or on OpenVINO for the ``bf16`` variant).
 
@@ -170,79 +105,36 @@ class BertOnnx:
             RandomWeightsWarning: the export holds seeded random weights or random heads (its manifest
                 says so), so its outputs are not a trained model's.
         """
-        if not isinstance(variant, str):
-            raise TypeError(f"variant must be a str, got {type(variant).__name__}")
-        if verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
-        if options is not None and not isinstance(options, RuntimeOptions):
-            raise TypeError(f"options must be a bertonnx.RuntimeOptions, got {type(options).__name__}")
-        options = options or RuntimeOptions()
-        if threads is not None:
-            options = RuntimeOptions(**{**options.__dict__, "threads": threads})
+        options = runtime_options(variant, verify, options, threads)
         manifest = read_manifest(model_dir)
-        if variant not in VARIANT_FILES:
-            raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_FILES)}")
-        manifest.require_variant(variant)
-        model_path, *_ = [
-            manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256")
-            for name in manifest.variant_files(variant)
-        ]
-        tokenizer_path = manifest.record(TOKENIZER_FILE).verify(manifest.directory, check_hash=True)
-
+        graph = open_graph(manifest, variant, options, verify=verify)
         self.manifest: Manifest = manifest
         self.variant = variant
         self.options = options
-        self.model_path = model_path
+        self.model_path = graph.path
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
-        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=_clean_up_spaces(manifest))
+        tokenizer_path = manifest.record(TOKENIZER_FILE).verify(manifest.directory, check_hash=True)
+        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=clean_up_spaces(manifest))
         #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
-        self.backend: str = manifest.data["variants"][variant].get("backend", VARIANT_BACKENDS[variant])
-        if self.backend != VARIANT_BACKENDS[variant]:
-            raise ModelDirectoryError(
-                f"{manifest.directory}: variant {variant!r} names backend {self.backend!r}, but this bertonnx "
-                f"runs it on {VARIANT_BACKENDS[variant]}. Upgrade bertonnx or re-export."
-            )
-        self.session: ort.InferenceSession | OpenVinoSession = open_variant_session(model_path, variant, options)
+        self.backend: str = graph.backend
+        self.session: ort.InferenceSession | OpenVinoSession = graph.session
         #: The precision of the matrix products: ``f32``, ``int8``, or ``bf16`` (which needs a CPU with
         #: AVX512-BF16 or AMX; OpenVINO computes in ``f32`` elsewhere, and this then says ``f32``).
-        self.precision: str = getattr(self.session, "inference_precision", "int8" if variant == "int8" else "f32")
+        self.precision: str = graph.precision
         self._run_options = run_options(options) if self.backend == ONNXRUNTIME_BACKEND else None
-        self._input_names = [i.name for i in self.session.get_inputs()]
-        output_names = [o.name for o in self.session.get_outputs()]
-        self._output_names = tuple(output_names)
-        if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
-            raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(manifest.graph_outputs) - set(output_names):
-            raise ModelDirectoryError(
-                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
-            )
+        self._input_names = list(graph.input_names)
+        self._output_names = graph.output_names
         #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
-        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in graph.output_names)
         #: Runtime tasks this export offers (``graph``, the raw outputs, is always offered too).
         self.tasks: tuple[str, ...] = manifest.tasks
-        self._mlm_session: ort.InferenceSession | None = None
-        self._mask_token_id: int | None = None
-        mlm = manifest.mlm_head
-        if mlm is not None and "fill_mask" in self.tasks:
-            head_path, *_ = [
-                manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256") for name in mlm.files
-            ]
-            self._mlm_session = build_session(head_path, options)
-            self._mlm_names = (mlm.input, mlm.output)
-            self._mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
-            if self._mask_token_id is None:
-                raise ModelDirectoryError(
-                    f"{tokenizer_path} has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
-                )
-        if manifest.random_weights:
-            note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
-            warnings.warn(
-                f"{manifest.directory} holds random weights: {note} Export pretrained weights for real use; "
-                "warnings.simplefilter('ignore', bertonnx.RandomWeightsWarning) silences this.",
-                RandomWeightsWarning,
-                stacklevel=2,
-            )
+        head = open_mlm_head(manifest, self.tokenizer, options, verify=verify)
+        self._mlm_session = head.session if head is not None else None
+        self._mlm_names = head.names if head is not None else ("", "")
+        #: The id of the token ``fill_mask`` predicts, when the export has an MLM head (else ``None``).
+        self.mask_token_id: int | None = head.mask_token_id if head is not None else None
+        warn_if_random(manifest)
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -253,42 +145,7 @@ class BertOnnx:
         weights = "RANDOM weights" if self.manifest.random_weights else "pretrained weights"
         return f"BertOnnx({str(self.manifest.directory)!r}, variant={self.variant!r}, {weights})"
 
-    # -- inputs ---------------------------------------------------------------------------------------
-
-    def _check_call(self, batch_size: object, truncation: object, max_length: object) -> None:
-        _check_positive_int(batch_size, "batch_size")
-        if not isinstance(truncation, bool):
-            raise TypeError(f"truncation must be a bool, got {type(truncation).__name__}")
-        max_length = _check_positive_int(max_length, "max_length")
-        if not 2 <= max_length <= self.max_length:
-            raise ValueError(
-                f"max_length must be between 2 and the model's {self.max_length} positions, got {max_length}"
-            )
-
-    def _batches(
-        self,
-        texts: object,
-        text_pairs: object,
-        batch_size: int,
-        truncation: bool,
-        max_length: int,
-        max_batch_tokens: int,
-        mask_token_id: int | None = None,
-    ) -> Iterator[Batch]:
-        self._check_call(batch_size, truncation, max_length)
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        first = _checked(_as_texts(texts, "texts"), "texts")
-        second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
-
-        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
-            encodings = self.tokenizer.encode(
-                chunk, pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
-            if mask_token_id is not None:
-                check_masks(encodings, mask_token_id, start)
-            return encodings
-
-        return driver.stream(encode, first, second, limits)
+    # -- running the graph ------------------------------------------------------------------------------
 
     def encode(
         self,
@@ -318,14 +175,10 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation (the
                 message names its index and token count), or ``max_length`` is out of range.
         """
-        self._check_call(1, truncation, max_length)
-        first = _checked(_as_texts(texts, "texts"), "texts")
-        second = None if text_pairs is None else _checked(_as_texts(text_pairs, "text_pairs"), "text_pairs")
+        encoder = encoder_for(self, truncation, max_length)
         encodings: list[Encoding] = []
-        for start, chunk, chunk_pairs in iter_chunks(first, second, TOKENIZE_CHUNK_TEXTS):
-            encodings += self.tokenizer.encode(
-                chunk, chunk_pairs, truncation=truncation, max_length=max_length, first_index=start
-            )
+        for start, chunk, chunk_pairs in self._chunks(texts, text_pairs):
+            encodings += encoder.prepare(chunk, chunk_pairs, start).units
         return encodings
 
     def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
@@ -333,10 +186,9 @@ class BertOnnx:
 
         Args:
             batch: from :func:`bertonnx.batching.make_batch`.
-            outputs: names among the graph's outputs (:attr:`output_names`: ``last_hidden_state``
-                ``[b, t, hidden]``, ``pooler_output`` ``[b, hidden]``, ``nsp_logits`` ``[b, 2]``, ``logits``
-                ``[b, num_labels]`` ..., all float32); default: those of ``OUTPUT_NAMES`` the graph gives.
-                Asking for fewer saves copying the rest.
+            outputs: names among the graph's outputs (:attr:`output_names`; shapes in
+                :data:`bertonnx.table.OUTPUTS`, all float32); default: those of ``OUTPUT_NAMES`` the graph
+                gives. Asking for fewer saves copying the rest.
 
         Raises:
             ValueError: an unknown output name.
@@ -350,6 +202,63 @@ class BertOnnx:
         if self.options.release_memory:
             release_freed_memory()
         return dict(zip(outputs, values, strict=True))
+
+    def run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
+        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits.
+
+        Raises:
+            HeadMissingError: the export has no MLM head.
+        """
+        if self._mlm_session is None:
+            raise HeadMissingError.for_task("fill_mask", self.manifest.architecture, self.tasks)
+        name_in, name_out = self._mlm_names
+        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
+        result: np.ndarray = logits
+        return result
+
+    def task(self, name: str, **options: Any) -> Any:
+        """The task ``name`` on this export, with ``options`` checked (:func:`bertonnx.tasks.make_task`); run it
+        with :meth:`run_task`, or hand its units to a scheduler of your own.
+
+        Raises:
+            HeadMissingError: the export lacks the task's head.
+            TypeError, ValueError: an unknown task or a bad option.
+        """
+        return make_task(self, name, **options)
+
+    def run_task(
+        self,
+        task: Any,
+        first: object,
+        second: object = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        name: str = "texts",
+    ) -> list[Any]:
+        """Every input's answer from ``task``'s steps, in the caller's order (:func:`bertonnx.driver.answers`).
+
+        Args:
+            task: from :meth:`task`.
+            first: the inputs (a string or an iterable of strings, read 512 at a time).
+            second: per input its second part (a pair's second text, a context ...), or ``None``.
+            batch_size: units per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+            name: what ``first`` is called in error messages.
+
+        Raises:
+            TypeError, ValueError: as the task's ``prepare`` and the batch limits.
+        """
+        check_positive_int(batch_size, "batch_size")
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
+        return list(driver.answers(self.run_batch, task, self._chunks(first, second, name), limits))
+
+    def _chunks(
+        self, first: object, second: object, name: str = "texts"
+    ) -> Iterator[tuple[int, list[str], list[Any] | None]]:
+        texts = checked_texts(as_texts(first, name), name)
+        pairs = None if second is None else checked_texts(as_texts(second, "text_pairs"), "text_pairs")
+        return iter_chunks(texts, pairs, TOKENIZE_CHUNK_TEXTS)
 
     # -- calls ----------------------------------------------------------------------------------------
 
@@ -389,8 +298,17 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or an
                 option is out of range.
         """
+        check_positive_int(batch_size, "batch_size")
+        encoder = encoder_for(self, truncation, max_length)
+        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
         names = tuple(n for n in self._outputs if hidden_states or n != "last_hidden_state")
-        batches = self._batches(texts, text_pairs, batch_size, truncation, max_length, max_batch_tokens)
+
+        def encode(chunk: list[str], pairs: list[str] | None, start: int) -> list[Encoding]:
+            return encoder.prepare(chunk, pairs, start).units
+
+        first = checked_texts(as_texts(texts, "texts"), "texts")
+        second = None if text_pairs is None else checked_texts(as_texts(text_pairs, "text_pairs"), "text_pairs")
+        batches = driver.stream(encode, first, second, limits)
         parts = list(driver.run(self.run_batch, Graph(names, whole_batch=True), batches))
         widths = {"last_hidden_state": self.hidden_size, "pooler_output": self.hidden_size, "nsp_logits": 2}
         outputs, lengths = assemble(parts, names, widths)
@@ -432,24 +350,25 @@ class BertOnnx:
             A float for two strings, else a ``[n]`` float32 array.
 
         Raises:
+            HeadMissingError: the export has no NSP head.
             TypeError: one argument is a string and the other a list, an argument is a set, mapping or dict
                 view (pass a list), or an item is not a string.
             ValueError: the lists differ in length, or a pair is too long without truncation.
         """
-        self.require("nsp")
-        _as_texts(text_a, "text_a")
-        _as_texts(text_b, "text_b")
+        task = self.task("nsp", truncation=truncation)
+        as_texts(text_a, "text_a")
+        as_texts(text_b, "text_b")
         single = isinstance(text_a, str)
         if single != isinstance(text_b, str):
             raise TypeError("text_a and text_b must both be strings or both be lists of strings")
-        batches = self._batches(text_a, text_b, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
-        probability = driver.in_order(driver.run(self.run_batch, Nsp(), batches), np.zeros(0, dtype=np.float32))
+        found = self.run_task(task, text_a, text_b, batch_size=batch_size)
+        probability = np.asarray(found, dtype=np.float32).reshape(len(found))
         return float(probability[0]) if single else probability
 
     def embed(
         self,
         texts: str | Iterable[str],
-        pooling: str = "pooler",
+        pooling: str = DEFAULT_POOLING,
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         truncation: bool = False,
@@ -472,13 +391,11 @@ class BertOnnx:
         Raises:
             ValueError: unknown ``pooling``; a text too long without truncation.
             TypeError: a text is not a string, or ``texts`` is a set, mapping or dict view (pass a list).
+            HeadMissingError: ``pooler`` asked of an export without a pooler.
         """
-        task = Embed(pooling, normalize)
-        if pooling == "pooler" and "pooler_output" not in self._output_names:
-            self._require("embed", has_head=False)
-        batches = self._batches(texts, None, batch_size, truncation, max_length, max_batch_tokens)
-        empty = np.zeros((0, self.hidden_size), dtype=np.float32)
-        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+        task = self.task("embed", pooling=pooling, normalize=normalize, truncation=truncation, max_length=max_length)
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return np.stack(found) if found else np.zeros((0, self.hidden_size), dtype=np.float32)
 
     # -- the checkpoint's heads --------------------------------------------------------------------------
 
@@ -494,11 +411,16 @@ class BertOnnx:
             has_head = has_head and self.manifest.num_labels == 1
         elif task == "fill_mask":
             has_head = has_head and self._mlm_session is not None
-        self._require(task, has_head=has_head)
-
-    def _require(self, task: str, *, has_head: bool) -> None:
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
+
+    def require_task(self, task: str) -> None:
+        """Raise unless the export offers ``task`` (the same check as :meth:`require`).
+
+        Raises:
+            HeadMissingError: the export lacks the task's head.
+        """
+        self.require(task)
 
     @overload
     def classify(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -544,15 +466,11 @@ class BertOnnx:
             ValueError: texts and pairs differ in length, an input is too long without truncation, or
                 ``top_k`` is below 1.
         """
-        self.require("classify")
-        if top_k is not None:
-            _check_top_k(top_k)
+        task = self.task("classify", top_k=top_k, truncation=truncation)
         single = isinstance(texts, str)
         if pairs is not None and single != isinstance(pairs, str):
             raise TypeError("texts and pairs must both be strings or both be lists of strings")
-        labels = self.labels
-        scores = self.classify_scores(texts, pairs, truncation=truncation)
-        ranked = [rank_labels(row, labels, top_k) for row in scores]
+        ranked = self.run_task(task, texts, pairs)
         return ranked[0] if single else ranked
 
     def classify_scores(
@@ -574,12 +492,9 @@ class BertOnnx:
             HeadMissingError: the export has no classification head.
             ValueError, TypeError: as :meth:`classify`.
         """
-        self.require("classify")
-        num_labels = self.manifest.num_labels or 0
-        task = Classify(function or default_function(self.manifest.problem_type, num_labels))
-        batches = self._batches(texts, pairs, batch_size, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS)
-        empty = np.zeros((0, num_labels), dtype=np.float32)
-        return driver.in_order(driver.run(self.run_batch, task, batches), empty)
+        task = self.task("classify", function=function, rank=False, top_k=None, truncation=truncation)
+        found = self.run_task(task, texts, pairs, batch_size=batch_size)
+        return np.stack(found) if found else np.zeros((0, len(self.labels)), dtype=np.float32)
 
     @property
     def labels(self) -> list[str]:
@@ -616,20 +531,14 @@ class BertOnnx:
             TypeError: ``query`` is not a string, ``texts`` is a string, set or mapping, or an item is not a string.
             ValueError: a pair is too long without truncation.
         """
-        self.require("rerank")
+        task = self.task("rerank", raw_scores=raw_scores, truncation=truncation)
         if not isinstance(query, str):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings (one string is one text: pass [text])")
-        items = list(_checked(_as_texts(texts, "texts"), "texts"))
-        scores = self.classify_scores(
-            [query] * len(items),
-            items,
-            function="none" if raw_scores else "sigmoid",
-            truncation=truncation,
-            batch_size=batch_size,
-        )
-        return rank_texts(scores[:, 0])
+        items = text_list(texts, "texts")
+        result: list[RankedIndex] = task.rank(self.run_task(task, [query] * len(items), items, batch_size=batch_size))
+        return result
 
     @overload
     def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
@@ -642,7 +551,7 @@ class BertOnnx:
     ) -> list[list[list[MaskFill]]]: ...
 
     def fill_mask(
-        self, texts: str | Iterable[str], *, top_k: int = 5, truncation: bool = False
+        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
     ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
         """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
         scores and fields).
@@ -665,32 +574,8 @@ class BertOnnx:
             ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
                 truncation, or ``top_k`` is below 1.
         """
-        self.require("fill_mask")
-        _check_top_k(top_k)
-        task = self.fill_mask_task(top_k)
-        batches = self._batches(
-            texts, None, DEFAULT_BATCH_SIZE, truncation, self.max_length, DEFAULT_MAX_BATCH_TOKENS, task.mask_token_id
-        )
-        answers = driver.list_in_order(driver.run(self.run_batch, task, batches))
+        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
         return answers[0] if isinstance(texts, str) else answers
-
-    def fill_mask_task(self, top_k: int = 5) -> FillMask:
-        """The ``fill_mask`` task on this export's MLM head (the server's engine runs it too).
-
-        Raises:
-            HeadMissingError: the export has no MLM head.
-        """
-        self.require("fill_mask")
-        assert self._mask_token_id is not None  # set whenever the MLM session is
-        return FillMask(self._run_mlm_head, self.tokenizer.decode, self._mask_token_id, _check_top_k(top_k))
-
-    def _run_mlm_head(self, hidden_states: np.ndarray) -> np.ndarray:
-        """``[m, hidden]`` float32 hidden states at mask positions -> ``[m, vocab]`` float32 logits."""
-        assert self._mlm_session is not None
-        name_in, name_out = self._mlm_names
-        (logits,) = self._mlm_session.run([name_out], {name_in: hidden_states}, self._run_options)
-        result: np.ndarray = logits
-        return result
 
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512
@@ -705,210 +590,10 @@ class BertOnnx:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if pair is not None and not isinstance(pair, str):
             raise TypeError(f"pair must be a str or None, got {type(pair).__name__}")
-        self._check_call(1, truncation, max_length)
         (encoding,) = self.tokenizer.encode(
-            [text], None if pair is None else [pair], truncation=truncation, max_length=max_length
+            [text],
+            None if pair is None else [pair],
+            truncation=truncation,
+            max_length=encoder_for(self, truncation, max_length).max_length,
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))
-
-    # -- token classification and question answering (bertonnx.tasks.tag, bertonnx.tasks.answer) -------
-
-    def require_task(self, task: str) -> None:
-        """Raise unless the export offers ``task`` (one of ``Manifest.tasks``, e.g. ``tag``, ``answer``).
-
-        Raises:
-            HeadMissingError: the export lacks the task's head; the message names what it was exported from,
-                the tasks it offers and the checkpoint to export instead.
-        """
-        self._require(task, has_head=task in self.tasks)
-
-    @cached_property
-    def windowing(self) -> Windowing:
-        """Cuts long inputs into the windows transformers' pipelines cut them into (:mod:`bertonnx.windows`)."""
-        return Windowing.from_file(self.tokenizer_path)
-
-    @cached_property
-    def token_strings(self) -> TokenStrings:
-        """The tokenizer's token strings and decoding, for entity words."""
-        return TokenStrings(self.windowing.tokenizer)
-
-    @property
-    def qa_window(self) -> int:
-        """Tokens per question-answering window by default: ``min(384, model positions)``, as the pipeline."""
-        return min(DEFAULT_MAX_SEQ_LEN, self.max_length)
-
-    @property
-    def tokenizer_path(self) -> Path:
-        """The export's ``tokenizer.json``."""
-        return self.manifest.directory / TOKENIZER_FILE
-
-    @overload
-    def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self,
-        texts: str,
-        aggregation_strategy: str = ...,
-        ignore_labels: Collection[str] = ...,
-        stride: int | None = ...,
-        *,
-        batch_size: int = ...,
-        max_batch_tokens: int = ...,
-    ) -> list[dict[str, Any]]: ...
-
-    @overload
-    def tag(
-        self,
-        texts: Iterable[str],
-        aggregation_strategy: str = ...,
-        ignore_labels: Collection[str] = ...,
-        stride: int | None = ...,
-        *,
-        batch_size: int = ...,
-        max_batch_tokens: int = ...,
-    ) -> list[list[dict[str, Any]]]: ...
-
-    def tag(
-        self,
-        texts: str | Iterable[str],
-        aggregation_strategy: str = "simple",
-        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
-        stride: int | None = None,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
-        """Named entities (or any token labels) of each text, as ``pipeline("token-classification")`` gives them.
-
-        The windows of every text are batched together by the token budget; a text longer than the model's
-        positions (512) is cut into windows sharing ``stride`` tokens and their entities merged as the
-        pipeline merges them. See :mod:`bertonnx.tasks.tag` for the steps.
-
-        Args:
-            texts: a string, or an iterable of strings (read 512 at a time).
-            aggregation_strategy: ``none`` (one answer per token), ``simple`` (B-/I- tags grouped),
-                ``first``, ``average`` or ``max`` (one label per word, then grouped).
-            ignore_labels: labels left out (default ``("O",)``; ``()`` keeps every token).
-            stride: tokens shared by consecutive windows of a long text (``0 <= stride < 510``); ``None``
-                refuses texts longer than the model's positions.
-            batch_size: windows per ``session.run`` at most.
-            max_batch_tokens: padded tokens per ``session.run`` at most.
-
-        Returns:
-            For one string, its list of entities; for an iterable, one list per text. With ``none`` each
-            entity is ``{"entity", "score", "index", "word", "start", "end"}``, else ``{"entity_group",
-            "score", "word", "start", "end"}``; ``start``/``end`` are character offsets into the text
-            (``text[start:end]`` is the entity as written), ``score`` a float probability.
-
-        Raises:
-            HeadMissingError: the export has no token-classification head.
-            TypeError: a text is not a string, ``ignore_labels`` is a single string, or an option has the
-                wrong type.
-            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
-                longer than the model's positions without ``stride``.
-        """
-        self.require_task("tag")
-        ignore = check_ignore_labels(ignore_labels)
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        single = isinstance(texts, str)
-        found: list[list[dict[str, Any]]] = []
-        for start, chunk, _ in iter_chunks(_checked(_as_texts(texts, "texts"), "texts"), None, TOKENIZE_CHUNK_TEXTS):
-            found += tag_texts(
-                self.run_batch,
-                self.windowing,
-                self.token_strings,
-                self.labels,
-                chunk,
-                max_length=self.max_length,
-                limits=limits,
-                aggregation_strategy=aggregation_strategy,
-                ignore_labels=ignore,
-                stride=stride,
-                first_index=start,
-            )
-        if single:
-            return found[0]
-        return found
-
-    def answer(
-        self,
-        question: str | Iterable[str],
-        context: str | Iterable[str],
-        top_k: int = 1,
-        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-        doc_stride: int = DEFAULT_DOC_STRIDE,
-        handle_impossible_answer: bool = False,
-        *,
-        max_seq_len: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-    ) -> Any:
-        """Extractive answers, as ``pipeline("question-answering")`` finds them.
-
-        Each question is paired with its context in windows of ``max_seq_len`` tokens (the whole question
-        and a slice of the context, consecutive slices sharing ``doc_stride`` tokens); the windows of every
-        question are batched together by the token budget, and the best spans over a question's windows
-        win. See :mod:`bertonnx.tasks.answer` for the steps.
-
-        Args:
-            question: a question, or an iterable of questions.
-            context: the context of every question (a string), or one context per question.
-            top_k: answers per question (fewer when the context holds fewer).
-            max_answer_len: longest answer in tokens.
-            doc_stride: context tokens shared by consecutive windows of a long context.
-            handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
-                scored as the model scores ``[CLS]``.
-            max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.
-            batch_size: windows per ``session.run`` at most.
-            max_batch_tokens: padded tokens per ``session.run`` at most.
-
-        Returns:
-            Per question ``{"score": float, "start": int, "end": int, "answer": str}`` when ``top_k == 1``,
-            else a list of up to ``top_k`` of them, best first; ``answer == context[start:end]``. For one
-            question string that answer itself, for an iterable of questions a list of answers.
-
-        Raises:
-            HeadMissingError: the export has no question-answering head.
-            TypeError: a question or context is not a string, a list of contexts comes with one question
-                string, or an option has the wrong type.
-            ValueError: questions and contexts differ in number; an empty question or context, or one made
-                only of whitespace or control characters; a question leaving no room for context in a
-                window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
-                ``max_answer_len`` < 1; ``max_seq_len`` out of range.
-        """
-        self.require_task("answer")
-        window = self.qa_window if max_seq_len is None else max_seq_len
-        _check_positive_int(window, "max_seq_len")
-        if not SPECIAL_TOKENS_PAIR + 2 <= window <= self.max_length:
-            raise ValueError(
-                f"max_seq_len must be between {SPECIAL_TOKENS_PAIR + 2} and the model's {self.max_length} "
-                f"positions, got {window}"
-            )
-        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
-            raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
-        single = isinstance(question, str)
-        questions = list(_checked(_as_texts(question, "question"), "question"))
-        if isinstance(context, str):
-            contexts = [context] * len(questions)
-        elif single:
-            raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
-        else:
-            contexts = list(_checked(_as_texts(context, "context"), "context"))
-        limits = BatchLimits(max_batch_tokens=max_batch_tokens, max_batch_size=batch_size)
-        cls_id = self.tokenizer.token_to_id("[CLS]")
-        found: list[list[dict[str, Any]]] = []
-        for start in range(0, max(len(questions), 1), TOKENIZE_CHUNK_TEXTS):
-            found += answer_questions(
-                self.run_batch,
-                self.windowing,
-                cls_id,
-                questions[start : start + TOKENIZE_CHUNK_TEXTS],
-                contexts[start : start + TOKENIZE_CHUNK_TEXTS],
-                max_length=window,
-                limits=limits,
-                doc_stride=doc_stride,
-                top_k=top_k,
-                max_answer_len=max_answer_len,
-                handle_impossible_answer=handle_impossible_answer,
-                first_index=start,
-            )
-        shaped: list[Any] = [answers[0] if top_k == 1 and answers else answers for answers in found]
-        return shaped[0] if single else shaped

@@ -49,6 +49,7 @@ from tokenizers import Encoding, Tokenizer
 from .errors import InputTooLongError, ModelDirectoryError
 
 __all__ = [
+    "EXACT_COUNT_CHARS",
     "PREFIX_CHARS_PER_TOKEN",
     "SURROGATE_STAND_IN",
     "TextTokenizer",
@@ -79,6 +80,10 @@ REPLACEMENT_CHARACTER = "\ufffd"
 #: When truncating, the first prefix tokenized holds this many characters per token that may be kept;
 #: it doubles until it holds enough complete tokens (English averages 4-5 characters per token).
 PREFIX_CHARS_PER_TOKEN = 8
+#: An input over the limit (without truncation) has its exact token count named when it has at most this many
+#: characters (a few milliseconds to count); a longer one is refused once its first ``max_length + 1`` tokens are
+#: found, without tokenizing the rest.
+EXACT_COUNT_CHARS = 16_384
 #: Stands in for a lone surrogate: deleted by BERT's normalizer, part of no special token.
 SURROGATE_STAND_IN = "\x00"
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -347,11 +352,38 @@ class TextTokenizer:
             if max_length is None:
                 raise ValueError("truncation needs a max_length to cut to; pass max_length")
             return self._encode_truncated(texts, cleaned_pairs, max_length)
+        if max_length is not None:
+            return self._encode_within(texts, cleaned_pairs, max_length, first_index)
         batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
+        return encodings
+
+    def _encode_within(
+        self, texts: list[str], pairs: list[str] | None, max_length: int, first_index: int
+    ) -> list[Encoding]:
+        """Encode inputs that must fit ``max_length`` at a cost bounded by it, however long the texts are.
+
+        Every input is tokenized only as far as ``max_length + 1`` tokens (the prefix truncation of
+        :meth:`_encode_truncated`, whose result is exactly that of tokenizing the whole input and cutting it):
+        one that reaches them is over the limit, one that does not was tokenized whole. So a 2 MB text is
+        refused in milliseconds; its exact token count is given when it has at most ``EXACT_COUNT_CHARS``
+        characters.
+
+        Raises:
+            InputTooLongError: the first input over ``max_length``.
+        """
+        encodings = self._encode_truncated(texts, pairs, max_length + 1)
         for offset, encoding in enumerate(encodings):
-            if max_length is not None and len(encoding) > max_length:
-                raise InputTooLongError(first_index + offset, len(encoding), max_length)
+            if len(encoding) <= max_length:
+                continue
+            chars = len(texts[offset]) + (len(pairs[offset]) if pairs is not None else 0)
+            length = None
+            if chars <= EXACT_COUNT_CHARS:
+                whole = self._base.encode_batch(
+                    [texts[offset] if pairs is None else (texts[offset], pairs[offset])], add_special_tokens=True
+                )
+                length = len(whole[0])
+            raise InputTooLongError(first_index + offset, length, max_length)
         return encodings
 
     def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from tokenizers import Encoding, Tokenizer
 
+from .errors import InputTooLongError, OptionError
 from .tokenizer import clean_text, special_token_counts, surrogate_stand_in
 
 __all__ = ["WINDOW_TOKENIZERS_KEPT", "Windowing"]
@@ -118,11 +119,7 @@ class Windowing:
         long = [i for i, encoding in enumerate(whole) if len(encoding) > max_length]
         if long and stride is None:
             i = long[0]
-            raise ValueError(
-                f"text {first_index + i} has {len(whole[i])} tokens, more than the {max_length} the model takes; "
-                "pass stride (e.g. stride=128) to tag it in overlapping windows, merged as transformers' "
-                "pipeline merges them"
-            )
+            raise InputTooLongError(first_index + i, len(whole[i]), max_length, option="stride")
         if long and stride is not None:
             cutter = self._truncating(max_length, stride, "longest_first")
             for i, encoding in zip(long, cutter.encode_batch([cleaned[i] for i in long]), strict=True):
@@ -163,7 +160,7 @@ class Windowing:
                 "context per question, or one context for all"
             )
         if stride < 0:
-            raise ValueError(f"doc_stride must be >= 0, got {stride}")
+            raise OptionError("doc_stride", stride, ">= 0")
         pairs = [
             (clean_text(q, self._stand_in), clean_text(c, self._stand_in))
             for q, c in zip(questions, contexts, strict=True)
@@ -199,7 +196,10 @@ def _check_stride(name: str, stride: int, room: int, room_text: str) -> None:
     if isinstance(stride, bool) or not isinstance(stride, int):
         raise TypeError(f"{name} must be an int, got {type(stride).__name__}")
     if stride < 0 or stride >= room:
-        raise ValueError(
-            f"{name}={stride} must be >= 0 and smaller than {room_text}: consecutive windows share {name} "
-            f"tokens and each must bring a new one; use a smaller {name} (e.g. {max(0, min(128, room // 2))})"
+        raise OptionError(
+            name,
+            stride,
+            f">= 0 and smaller than {room_text}",
+            f"consecutive windows share {name} tokens and each must bring a new one; use a smaller one "
+            f"(e.g. {max(0, min(128, room // 2))})",
         )

@@ -16,8 +16,9 @@ from pathlib import Path
 from types import FrameType
 
 from bertonnx.command import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, Command, CommandError, run_command
+from bertonnx.exit_codes import EXIT_VARIANT_REFUSED
 from bertonnx.files import check_output_dir
-from bertonnx.manifest import VARIANT_FILES, read_manifest
+from bertonnx.manifest import REFUSED_VARIANTS_KEY, VARIANT_FILES, read_manifest
 
 from .errors import ExportError
 from .heads import ROWS
@@ -26,8 +27,10 @@ from .names import DEFAULT_MODEL, DEFAULT_OPSET, WEIGHT_CHOICES
 __all__ = ["EXPORT_COMMAND", "PARITY_COMMAND", "build_parser", "main"]
 
 EXPORT_EPILOG = """\
-exit codes: 0 ok, 2 refused (bad option, model or OUTDIR; missing extra), 3 parity gate failed,
-4 hub unreachable, 130 interrupted. Nothing is written to OUTDIR unless every check passed."""
+exit codes: 0 ok, 2 refused (bad option, model or OUTDIR; missing extra), 3 parity gate failed (fp32 or
+optimized, or no variant passed; nothing is written), 4 hub unreachable, 5 a lossy variant named by --variants
+(int8, bf16) missed its parity gate and was not written (the others were), 130 interrupted. Without --variants
+a refused lossy variant is a note and the exit is 0; the manifest's refused_variants says why."""
 
 
 def _export_arguments(parser: ArgumentParser) -> None:
@@ -63,8 +66,9 @@ def _export_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     parser.add_argument(
         "--variants",
-        default=",".join(VARIANT_FILES),
-        help=f"comma-separated subset of {','.join(VARIANT_FILES)} (default: all; bf16 needs OpenVINO)",
+        default=None,
+        help=f"comma-separated subset of {','.join(VARIANT_FILES)} (default: all; bf16 needs OpenVINO). A lossy "
+        "one (int8, bf16) that misses its parity gate is not written; named here, that exits 5",
     )
     parser.add_argument("--opset", type=int, default=None, help=f"ONNX opset (default {DEFAULT_OPSET})")
     parser.add_argument("--force", action="store_true", help="replace an existing OUTDIR written by bertonnx export")
@@ -95,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         allow_random_heads=args.allow_random_heads,
         revision=args.revision,
-        variants=tuple(v.strip() for v in args.variants.split(",") if v.strip()),
+        variants=tuple(v.strip() for v in (args.variants or ",".join(VARIANT_FILES)).split(",") if v.strip()),
+        variants_named=args.variants is not None,
         opset=args.opset or DEFAULT_OPSET,
         force=args.force,
         task=args.task,
@@ -111,6 +116,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         random_weights = read_manifest(target).random_weights
         print(json.dumps({**manifest, "random_weights": random_weights}, indent=2))
+    refused = [v for v in options.variants if v in manifest[REFUSED_VARIANTS_KEY]] if options.variants_named else []
+    if refused:
+        written = ", ".join(manifest["variants"])
+        print(
+            f"[export] {', '.join(refused)}, named by --variants, missed {'their' if len(refused) > 1 else 'its'} "
+            f"parity gate and {'were' if len(refused) > 1 else 'was'} not written; {target} holds {written} "
+            f"(exit {EXIT_VARIANT_REFUSED}: variant refused)",
+            file=sys.stderr if args.json else sys.stdout,
+            flush=True,
+        )
+        return EXIT_VARIANT_REFUSED
     return EXIT_OK
 
 

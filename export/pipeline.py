@@ -2,6 +2,8 @@
 
 Everything is built in a hidden temporary directory beside ``OUTDIR`` and renamed into place only after
 the parity gate passed, so an interrupted or failed export never leaves a half-written model directory.
+fp32 and optimized must pass (else nothing is written); a lossy variant (int8, bf16) that misses its own
+thresholds is left out and recorded in the manifest's ``refused_variants``, and the rest is published.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from bertonnx.manifest import (
     MLM_HEAD_INPUT,
     MLM_HEAD_OUTPUT,
     NSP_IS_NEXT_INDEX,
+    REFUSED_VARIANTS_KEY,
     TOKENIZER_FILE,
     VARIANT_FILES,
+    refusal_text,
     sha256_file,
 )
 from bertonnx.openvino_session import OPENVINO_INSTALL_HINT, openvino_version
@@ -85,6 +89,9 @@ class ExportOptions:
     force: bool = False
     #: ``--task``: a task name or class name of :mod:`export.heads`; ``None`` exports the checkpoint's own.
     task: str | None = None
+    #: ``--variants`` was given: the user named ``variants``, so a lossy one refused by its gate is reported as
+    #: a failure (the CLI exits ``EXIT_VARIANT_REFUSED``), not a note. Either way the others are written.
+    variants_named: bool = False
     #: Test hook: called with the fp32 graph's path before the gate, to break the graph on purpose (the MLM
     #: head graph, when there is one, is already beside it).
     tamper: Callable[[Path], None] | None = field(default=None, repr=False)
@@ -270,6 +277,26 @@ def _current_umask() -> int:
     return mask
 
 
+def _first_breach(variant: str, figures: dict[str, float]) -> dict[str, Any]:
+    """The first measure of a lossy ``variant``'s thresholds (in their order) that ``figures`` breach, as the
+    manifest's ``refused_variants`` records it: ``measure``, ``value``, ``limit``."""
+    for measure, limit in gate.LOSSY_THRESHOLDS[variant].items():
+        if measure not in figures:
+            continue
+        value = figures[measure]
+        within = value <= limit if measure.endswith("_max_abs") else value >= limit
+        if not within:
+            return {"measure": measure, "value": value, "limit": limit}
+    raise ValueError(f"{variant}: the gate reported a breach but no threshold of {variant} is breached")
+
+
+def _drop_variant(staging: Path, record: dict[str, Any]) -> None:
+    """Remove a refused variant's files (graph and weights) from ``staging`` before anything is hashed."""
+    for name in (record["file"], record.get("data_file")):
+        if name:
+            (staging / name).unlink(missing_ok=True)
+
+
 def _publish(staging: Path, outdir: Path) -> None:
     """Move the finished ``staging`` directory to ``outdir``, replacing an old export last."""
     if outdir.exists():
@@ -289,7 +316,9 @@ def run_export(options: ExportOptions, log: Log = _log_to_stdout) -> dict[str, A
 
     Raises:
         ExportError: a refusal (bad option, missing model, existing OUTDIR, missing heads, unreachable hub)
-            or a failed parity gate. Nothing is left in ``OUTDIR`` in either case.
+            or a failed parity gate (fp32 or optimized, or every variant asked for). Nothing is left in
+            ``OUTDIR`` in either case. A lossy variant that alone misses its gate is not an error: it is not
+            written, the manifest's ``refused_variants`` says why, and the rest is published.
     """
     outdir = _check_options(options)
     staging = Path(tempfile.mkdtemp(prefix=f".{outdir.name}.partial-", dir=outdir.parent))
@@ -386,6 +415,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         cases = gate.build_cases(staging / TOKENIZER_FILE, positions, masked=row.has_mlm, mask_token=mask)
         reference = gate.reference_outputs(source.model.eval(), cases)
         failures: list[str] = []
+        refused: dict[str, dict[str, Any]] = {}
         for variant, record in records.items():
             outputs = gate.variant_outputs(staging / record["file"], variant, cases, mlm_path)
             figures = {
@@ -394,17 +424,27 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             }
             problems = gate.breaches(variant, figures)
             record["parity"] = {"passed": not problems, "cases": len(cases), **figures}
-            failures += problems
+            if problems and variant in gate.LOSSY_THRESHOLDS:
+                refused[variant] = {**_first_breach(variant, figures), "breaches": problems, "parity": record["parity"]}
+            else:
+                failures += problems
             log(
                 f"[export] {variant}: "
                 + ", ".join(f"{k} {format_figure(k, v)}" for k, v in figures.items())
                 + (" FAIL" if problems else " ok")
             )
-    if failures:
+    if failures or len(refused) == len(records):  # an exact variant failed, or no variant is left to write
+        lossy = [problem for record in refused.values() for problem in record["breaches"]]
+        why = "" if failures else " (no variant passed)"
         raise ExportError(
-            "parity gate failed; nothing was written:\n  " + "\n  ".join(failures),
+            f"parity gate failed{why}; nothing was written:\n  " + "\n  ".join(failures + lossy),
             exit_code=ExportError.EXIT_GATE_FAILED,
         )
+    for variant, record in refused.items():
+        _drop_variant(staging, records.pop(variant))
+        note = "" if options.variants_named else "NOTE "
+        reason = refusal_text(record)
+        log(f"[export] {note}{variant} not written: {reason} (its parity gate); the other variants passed")
 
     io = describe_io(fp32_path)
     if "fp32" not in records:
@@ -443,6 +483,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             "bf16_thresholds": gate.BF16_THRESHOLDS,
         },
         "variants": records,
+        REFUSED_VARIANTS_KEY: refused,
         **({"unavailable_variants": unavailable} if unavailable else {}),
         "versions": _versions(),
         "files": file_records,

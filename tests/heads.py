@@ -30,6 +30,7 @@ ARCHITECTURES = (
     "BertForSequenceClassification",
     "BertForTokenClassification",
     "BertForQuestionAnswering",
+    "BertForMultipleChoice",
 )
 #: Labels used when the caller gives neither ``num_labels`` nor ``id2label``.
 DEFAULT_LABELS: dict[str, dict[int, str]] = {

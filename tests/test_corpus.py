@@ -98,7 +98,7 @@ def test_the_output_says_what_computed_it(
         "task": "embed",
         "pooling": "mean",
         "normalize": "true",
-        "truncate": "false",
+        "truncation": "false",
         "weights": "pretrained",  # the tiny checkpoint's weights were saved, not seeded by the export
     }
     assert read_metadata(embedded) == expected
@@ -109,8 +109,8 @@ def test_the_output_says_what_computed_it(
     code, _, err = run(capsys, tiny_export, *argv, "--truncate")
     assert code == 0, err
     got = read_metadata(scored)
-    assert {k: got[k] for k in ("variant", "precision", "task", "pooling", "normalize", "truncate")} == {
-        "variant": "int8", "precision": "int8", "task": "nsp", "pooling": "", "normalize": "", "truncate": "true",
+    assert {k: got[k] for k in ("variant", "precision", "task", "pooling", "normalize", "truncation")} == {
+        "variant": "int8", "precision": "int8", "task": "nsp", "pooling": "", "normalize": "", "truncation": "true",
     }  # fmt: skip
 
 

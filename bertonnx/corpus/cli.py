@@ -56,7 +56,9 @@ def _arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
     parser.add_argument("--pooling", choices=POOLING_MODES, default="pooler", help="embed: default pooler")
     parser.add_argument("--normalize", action="store_true", help="embed: unit-length vectors")
-    parser.add_argument("--truncate", action="store_true", help="cut inputs longer than the model takes")
+    parser.add_argument(
+        "--truncation", "--truncate", action="store_true", help="cut inputs longer than the model takes"
+    )
     parser.add_argument(
         "--aggregation-strategy",
         choices=AGGREGATION_STRATEGIES,
@@ -128,7 +130,7 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         args.task,
         args.pooling,
         args.normalize,
-        args.truncate,
+        args.truncation,
         args.on_error,
         max_batch_tokens=args.max_batch_tokens,
         batch_size=args.batch_size,

@@ -30,21 +30,13 @@ from ..batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, BatchLi
 from ..errors import HeadMissingError
 from ..manifest import Manifest
 from ..model import BertOnnx
-from ..tasks import POOLING_MODES, Embed, Graph, Nsp
-from ..tasks.classify import Classify, default_function
-from ..tasks.tag import (
-    AGGREGATION_STRATEGIES,
-    DEFAULT_IGNORE_LABELS,
-    Tag,
-    check_ignore_labels,
-    merge_entities,
-    tag_windows,
-)
-from .errors import BadRowError
+from ..tasks import DEFAULT_POOLING, POOLING_MODES, make_task
+from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS, check_ignore_labels
+from .errors import BadRowError, row_reason
 from .tasks import ON_ERROR_MODES, TASKS
 
 if TYPE_CHECKING:
-    from tokenizers import Encoding
+    pass
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -56,6 +48,7 @@ __all__ = [
     "compute_rows",
     "default_chunk_rows",
     "output_schema",
+    "task_for",
 ]
 
 #: Tasks that need a head of the export (checked against its manifest before any row is read).
@@ -70,6 +63,8 @@ ENTITY_TYPE = pa.struct(
         ("end", pa.int32()),
     ]
 )
+#: The graph outputs of the ``encode`` task's columns.
+ENCODE_OUTPUTS = ("last_hidden_state", "pooler_output", "nsp_logits")
 #: Rows sorted together (the sorting window) for embed and nsp: wide enough that length sorting pays.
 DEFAULT_CHUNK_ROWS = 2048
 #: encode keeps every token's hidden state: a smaller window bounds memory (256 x 512 x 768 x 4 B = 400 MB
@@ -96,7 +91,7 @@ class TaskOptions:
             checkpoint's classifier and its score; texts or pairs).
         pooling: for ``embed``: ``pooler``, ``cls`` or ``mean``.
         normalize: for ``embed``: scale vectors to unit L2 norm.
-        truncate: cut inputs longer than the model's positions instead of rejecting them.
+        truncation: cut inputs longer than the model's positions instead of rejecting them.
         on_error: ``stop`` (raise :class:`BadRowError` on the first bad row) or ``skip`` (reject the row).
         max_batch_tokens: padded tokens per ``session.run``.
         batch_size: inputs per ``session.run``.
@@ -110,9 +105,9 @@ class TaskOptions:
     """
 
     task: str = "embed"
-    pooling: str = "pooler"
+    pooling: str = DEFAULT_POOLING
     normalize: bool = False
-    truncate: bool = False
+    truncation: bool = False
     on_error: str = "stop"
     max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS
     batch_size: int = DEFAULT_MAX_BATCH_SIZE
@@ -285,6 +280,33 @@ def _column(
     return pa.array(values.astype(np.float32, copy=False), type=kind, mask=None if nulls is None else ~ok)
 
 
+def task_for(model: BertOnnx, options: TaskOptions) -> Any:
+    """The runtime task a corpus job's ``options`` ask of ``model`` (built by :func:`bertonnx.tasks.make_task`,
+    like every other caller's).
+
+    Raises:
+        HeadMissingError: the export lacks the task's head. ValueError, TypeError: a bad option.
+    """
+    if options.task == "embed":
+        return make_task(
+            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation
+        )
+    if options.task == "nsp":
+        return make_task(model, "nsp", truncation=options.truncation)
+    if options.task == "classify":
+        return make_task(model, "classify", top_k=1, truncation=options.truncation)
+    if options.task == "tag":
+        return make_task(
+            model,
+            "tag",
+            aggregation_strategy=options.aggregation_strategy,
+            ignore_labels=options.ignore_labels,
+            stride=options.stride,
+            truncation=options.truncation and options.stride is None,  # long rows are windowed, never cut
+        )
+    return make_task(model, "encode", outputs=ENCODE_OUTPUTS, truncation=options.truncation)
+
+
 def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> ChunkResult:
     """Check, tokenize and run one chunk of :data:`bertonnx.corpus.readers.ROW_SCHEMA` rows.
 
@@ -307,95 +329,44 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     if options.task == "nsp":
         for i, (text, pair) in enumerate(zip(texts, pairs, strict=True)):
             if reasons[i] is None and text is not None and pair is None:
-                reasons[i] = "no second sentence; nsp needs a pair column (--pair-column)"
+                reasons[i] = "no second sentence; nsp needs a pair column (pair_column, --pair-column)"
     good = [i for i, reason in enumerate(reasons) if reason is None]
-    limit = model.max_length
-    windowed = options.task == "tag" and options.stride is not None  # long rows are windowed, never cut
-    truncation = options.truncate and not windowed
-    encodings = model.tokenizer.encode(
-        [texts[i] or "" for i in good],
-        [pairs[i] or "" for i in good] if use_pairs else None,
-        truncation=truncation,
-        max_length=limit if truncation else None,  # untruncated: each row's length is judged below
+    task = task_for(model, options)
+    prepared = task.prepare(
+        [texts[i] or "" for i in good], [pairs[i] or "" for i in good] if use_pairs else None, 0, strict=False
     )
-    kept = []
-    for i, encoding in zip(good, encodings, strict=True):
-        if len(encoding.ids) > limit and not windowed:
-            fix = (
-                "pass --stride N (stride=N) to tag it in windows sharing N tokens, or --truncate to tag its start"
-                if options.task == "tag"
-                else "pass --truncate (truncate=True) to cut it, or split the text"
-            )
-            reasons[i] = f"has {len(encoding.ids)} tokens, more than the model's {limit}; {fix}"
-        else:
-            kept.append((i, encoding))
+    for position, error in prepared.rejected.items():
+        reasons[good[position]] = row_reason(error, options.task)
     if options.on_error == "stop":
         for i, reason in enumerate(reasons):
             if reason is not None:
                 raise BadRowError(int(ids[i]), reason)
+    kept = [good[position] for position in prepared.kept]
     n_tokens = np.zeros(len(ids), dtype=np.int32)
-    for i, encoding in kept:
-        n_tokens[i] = len(encoding.ids)
-    if options.task == "tag":
-        return ChunkResult(ids, reasons, n_tokens, _tag(model, [(texts[i] or "", e) for i, e in kept], options))
-    columns = _run(model, [e for _, e in kept], options)
-    return ChunkResult(ids, reasons, n_tokens, columns)
+    for i, tokens in zip(kept, prepared.input_tokens(), strict=True):
+        n_tokens[i] = tokens
+    units = prepared.units
+    found = driver.list_in_order(driver.run(model.run_batch, task, driver.plan(units, options.limits))) if units else []
+    answers = task.finish(prepared, found)
+    return ChunkResult(ids, reasons, n_tokens, _columns(options.task, answers, model))
 
 
-def _tag(model: BertOnnx, rows: list[tuple[str, Encoding]], options: TaskOptions) -> dict[str, Columns]:
-    """Entities of each row: a row that fits is its one window (its encoding), a longer one is windowed
-    with ``options.stride``; every window of the chunk is batched together."""
-    model.require_task("tag")
-    limit = model.max_length
-    long = [i for i, (_, encoding) in enumerate(rows) if len(encoding.ids) > limit]
-    windows: list[list[Encoding]] = [[encoding] for _, encoding in rows]
-    found = tag_windows(
-        model.windowing,
-        [rows[i][0] for i in long],
-        max_length=limit,
-        aggregation_strategy=options.aggregation_strategy,
-        stride=options.stride,
-    )
-    for i, text_windows in zip(long, found, strict=True):
-        windows[i] = text_windows
-    flat = [window for text_windows in windows for window in text_windows]
-    logits = driver.list_in_order(driver.run(model.run_batch, Tag(), driver.plan(flat, options.limits)))
-    entities = merge_entities(
-        [text for text, _ in rows],
-        windows,
-        logits,
-        model.labels,
-        model.token_strings,
-        aggregation_strategy=options.aggregation_strategy,
-        ignore_labels=options.ignore_labels,
-    )
-    return {"entities": entities}
-
-
-def _run(model: BertOnnx, encodings: list[Encoding], options: TaskOptions) -> dict[str, Columns]:
-    """Run ``encodings`` through the driver (sorted by length, cut by the token budget); results in the
-    encodings' order."""
-    batches = driver.plan(encodings, options.limits)
+def _columns(task: str, answers: list[Any], model: BertOnnx) -> dict[str, Columns]:
+    """The output columns of the computed rows from the task's answers (in row order)."""
     hidden = model.hidden_size
-    if options.task == "embed":
-        parts = driver.run(model.run_batch, Embed(options.pooling, options.normalize), batches)
-        return {"embedding": driver.in_order(parts, np.zeros((0, hidden), dtype=np.float32))}
-    if options.task == "nsp":
-        parts = driver.run(model.run_batch, Nsp(), batches)
-        return {"is_next_probability": driver.in_order(parts, np.zeros(0, dtype=np.float32))}
-    if options.task == "classify":
-        labels = model.labels
-        task = Classify(default_function(model.manifest.problem_type, len(labels)))
-        parts = driver.run(model.run_batch, task, batches)
-        scores = driver.in_order(parts, np.zeros((0, len(labels)), dtype=np.float32))
-        top = np.argmax(scores, axis=1) if len(scores) else np.zeros(0, dtype=np.int64)
+    if task == "embed":
+        return {"embedding": np.stack(answers) if answers else np.zeros((0, hidden), dtype=np.float32)}
+    if task == "nsp":
+        return {"is_next_probability": np.asarray(answers, dtype=np.float32).reshape(len(answers))}
+    if task == "classify":
+        top = [ranked[0] for ranked in answers]
         return {
-            "label": np.array([labels[i] for i in top], dtype=object),
-            "score": scores[np.arange(len(top)), top],
+            "label": np.array([best["label"] for best in top], dtype=object),
+            "score": np.array([best["score"] for best in top], dtype=np.float32),
         }
-    names = ("last_hidden_state", "pooler_output", "nsp_logits")
-    rows = driver.list_in_order(driver.run(model.run_batch, Graph(names), batches))
-    columns: dict[str, Columns] = {"last_hidden_state": [row[names[0]] for row in rows]}
+    if task == "tag":
+        return {"entities": answers}
+    columns: dict[str, Columns] = {"last_hidden_state": [row["last_hidden_state"] for row in answers]}
     for name, width in (("pooler_output", hidden), ("nsp_logits", 2)):
-        columns[name] = np.stack([row[name] for row in rows]) if rows else np.zeros((0, width), dtype=np.float32)
+        columns[name] = np.stack([row[name] for row in answers]) if answers else np.zeros((0, width), dtype=np.float32)
     return columns

@@ -3,7 +3,25 @@ Ray cluster that failed the job."""
 
 from __future__ import annotations
 
-__all__ = ["BadRowError", "CorpusFileError", "RayJobError"]
+from ..errors import InputTooLongError
+
+__all__ = ["BadRowError", "CorpusFileError", "RayJobError", "row_reason"]
+
+
+def row_reason(error: Exception, task: str = "embed") -> str:
+    """Why a row was rejected, for :class:`BadRowError` and the rejects file, from the runtime's typed error.
+
+    A corpus job is run from Python and from ``bertonnx batch`` alike, so the fix names the option both ways
+    (``truncation=True``, ``--truncation``); this is the one place such a reason is worded.
+    """
+    if isinstance(error, InputTooLongError):
+        count = f"{error.length} tokens" if error.length is not None else "more tokens"
+        windows = ", tag it in windows with stride=N (--stride N)" if task == "tag" else ""
+        return (
+            f"has {count}, more than the model's {error.max_length}; cut it with truncation=True (--truncation)"
+            f"{windows}, or split the text"
+        )
+    return str(error)
 
 
 class CorpusFileError(ValueError):

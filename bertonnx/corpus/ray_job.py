@@ -127,7 +127,7 @@ def run_ray_job(
                 "task": options.task,
                 "pooling": options.pooling,
                 "normalize": options.normalize,
-                "truncate": options.truncate,
+                "truncation": options.truncation,
                 "on_error": options.on_error,
                 "pair_column": "pair" if source.pair_column else None,
                 "max_batch_tokens": options.max_batch_tokens,

@@ -75,7 +75,7 @@ def output_metadata(
         "task": options.task,
         "pooling": options.pooling if embed else "",
         "normalize": str(options.normalize).lower() if embed else "",
-        "truncate": str(options.truncate).lower(),
+        "truncation": str(options.truncation).lower(),
         "weights": "random" if manifest.random_weights else "pretrained",
     }
     return {METADATA_PREFIX + key: value for key, value in values.items()}

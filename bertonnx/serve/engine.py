@@ -30,8 +30,8 @@ WARMUP_SHAPES = ((1, 8), (8, 64))
 class Work:
     """One input ready for the engine: its token ids, segment ids and the task its request wants."""
 
-    ids: list[int]
-    type_ids: list[int]
+    ids: Sequence[int]
+    type_ids: Sequence[int]
     task: Task
 
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ from ..errors import (
     EngineError,
     HeadMissingError,
     InputTooLongError,
+    OptionError,
     QueueFullError,
     RequestTooLargeError,
     ShuttingDownError,
@@ -95,8 +96,12 @@ class ServeError(Exception):
         return error_body(self.message, self.error_type, path)
 
 
+#: The runtime's option names that HTTP spells otherwise (TEI's names).
+FIELD_NAMES = {"truncation": "truncate"}
 #: The core errors the server answers as themselves (anything else unexpected is a 500 ``backend``).
 CORE_ERRORS: tuple[type[Exception], ...] = (
+    HeadMissingError,
+    OptionError,
     InputTooLongError,
     RequestTooLargeError,
     QueueFullError,
@@ -107,15 +112,35 @@ CORE_ERRORS: tuple[type[Exception], ...] = (
 
 
 def from_core(error: Exception) -> ServeError:
-    """The answer to a core error (one of :data:`CORE_ERRORS`): its status, headers and a message in HTTP terms.
+    """The answer to a core error (one of :data:`CORE_ERRORS`, or a plain ``ValueError``/``TypeError`` from a
+    task's steps: a bad option or input, 422): its status, headers and a message in HTTP terms.
 
     Raises:
-        TypeError: ``error`` is not one of :data:`CORE_ERRORS`.
+        TypeError: ``error`` is none of those.
     """
     if isinstance(error, InputTooLongError):
+        if error.option == "stride":
+            return ServeError(
+                f"text {error.index} has {error.length} tokens, more than the {error.max_length} the model takes; "
+                'pass stride (e.g. "stride": 128) to tag it in overlapping windows, merged as transformers\' '
+                "pipeline merges them",
+                "validation",
+            )
+        if error.length is None:
+            return ServeError(
+                f"input {error.index} has more than {error.max_length} tokens, the model's limit (it was refused "
+                f'after its first {error.max_length + 1}). Send "truncate": true to cut it, or split the text.',
+                "validation",
+            )
         return ServeError(
             f"input {error.index} has {error.length} tokens, more than the model's limit of {error.max_length}. "
             'Send "truncate": true to cut it, or split the text.',
+            "validation",
+        )
+    if isinstance(error, OptionError):  # the option's JSON field: the runtime's name, TEI's where it differs
+        field = FIELD_NAMES.get(error.option, error.option)
+        return ServeError(
+            f"{field} must be {error.expected}, got {error.value!r}" + (f"; {error.fix}" if error.fix else ""),
             "validation",
         )
     if isinstance(error, RequestTooLargeError):
@@ -130,10 +155,13 @@ def from_core(error: Exception) -> ServeError:
     if isinstance(error, EngineError):
         return ServeError(str(error), "backend")
     if isinstance(error, VariantMissingError):
+        why = f" ({error.reason})" if error.reason else ""
         return ServeError(
-            f"{error.variant!r} is not served here; the export holds {', '.join(error.available)}", "not_found"
+            f"{error.variant!r} is not served here{why}; the export holds {', '.join(error.available)}", "not_found"
         )
     if isinstance(error, HeadMissingError):  # the route's task needs a head the export lacks
+        return ServeError(str(error), "validation")
+    if isinstance(error, (ValueError, TypeError)):  # a bad option or input, found by the task's steps
         return ServeError(str(error), "validation")
     raise TypeError(f"{type(error).__name__} is not a core error the server maps; expected one of CORE_ERRORS")
 

@@ -15,6 +15,7 @@ mask with one 1 per row does not make a [32, 10000] tensor short) and ``--max-cl
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from ..manifest import OUTPUT_NAMES, PER_TOKEN_OUTPUTS
+from ..table import OUTPUTS
 from .answers import FlatArray
 from .errors import ServeError, validation_message
 from .protocol import REQUEST_EXAMPLES, KServeInferRequest, KServeTensor
@@ -246,24 +248,17 @@ def _requested_outputs(request: KServeInferRequest, output_names: Sequence[str])
 
 def answer_floats(rows: InferRows, hidden_size: int, num_labels: int | None = None) -> tuple[int, int]:
     """Float32 values of the answer, as (JSON, binary): per-token outputs have the request's padded shape;
-    ``num_labels`` is the width of ``logits`` / ``token_logits`` (classifier exports)."""
+    ``num_labels`` is the width of ``logits`` / ``token_logits`` (classifier exports). Shapes come from the
+    model table (:data:`bertonnx.table.OUTPUTS`)."""
     count, columns = rows.shape
-    labels = num_labels or 2
-    per_row = {
-        "last_hidden_state": columns * hidden_size,
-        "pooler_output": hidden_size,
-        "nsp_logits": 2,
-        "logits": labels,
-        "token_logits": columns * labels,
-        "start_logits": columns,
-        "end_logits": columns,
-    }
+    sizes = {"batch": count, "tokens": columns, "hidden": hidden_size, "labels": num_labels or 2}
     json_floats = binary_floats = 0
     for name, binary in rows.outputs:
+        floats = math.prod(axis if isinstance(axis, int) else sizes[axis] for axis in OUTPUTS[name].axes)
         if binary:
-            binary_floats += count * per_row.get(name, 2)
+            binary_floats += floats
         else:
-            json_floats += count * per_row.get(name, 2)
+            json_floats += floats
     return json_floats, binary_floats
 
 

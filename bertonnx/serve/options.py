@@ -15,7 +15,7 @@ from pydantic.dataclasses import dataclass
 
 from ..batching import DEFAULT_MAX_BATCH_SIZE, BatchLimits
 from ..outputs import POOLING_MODES
-from .arguments import (
+from .defaults import (
     DEFAULT_BATCH_WAIT_MS,
     DEFAULT_DRAIN_TIMEOUT_S,
     DEFAULT_HEADER_TIMEOUT_S,

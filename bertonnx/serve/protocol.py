@@ -25,6 +25,9 @@ from pydantic import (
     field_validator,
 )
 
+from ..tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
+from ..tasks.tag import DEFAULT_IGNORE_LABELS
+
 __all__ = [
     "REQUEST_EXAMPLES",
     "EmbedRequest",
@@ -69,6 +72,12 @@ REQUEST_EXAMPLES = {
     "/tokenize": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
     "/rerank": '{"query": "what is deep learning?", "texts": ["text", ...], "raw_scores": false, "return_text": false}',
     "/fill_mask": '{"inputs": ["the capital of france is [MASK].", ...], "top_k": 5, "truncate": false}',
+    "/tag": '{"inputs": "text" or ["text", ...], "aggregation_strategy": "none" | "simple" | "first" | "average" | '
+    '"max", "ignore_labels": ["O"], "stride": null}',
+    "/answer": '{"question": "text" or ["text", ...], "context": "text" or ["text", ...], "top_k": 1, '
+    '"max_answer_len": 15, "doc_stride": 128, "handle_impossible_answer": false}',
+    "/choose": '{"context": "text" or ["text", ...], "choices": ["a", "b", ...] or [["a", "b"], ...], '
+    '"truncate": false}',
     "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
     "infer": '{"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [101, 7592, 999, 102]},'
     " ... attention_mask, token_type_ids]}",
@@ -206,6 +215,150 @@ class Tokens(BaseModel):
     ids: list[int]
     type_ids: list[int]
     attention_mask: list[int]
+
+
+# -- the heads' own routes (TEI's /predict on a classifier, /rerank; ours: /fill_mask, /tag, /answer, /choose) --
+
+
+class TextPredictRequest(BaseModel):
+    """``POST /predict`` on a classifier export: one text or pair, or a list of texts and pairs."""
+
+    inputs: StrictStr | Pair | list[TextOrPair] = Field(
+        description='a text, one pair ["sentence A", "sentence B"], or a list of texts and pairs',
+        examples=[["i loved this film", "the food was cold"]],
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    raw_scores: StrictBool = Field(default=False, description="logits instead of the head's probabilities")
+
+    check_inputs = _inputs_check("inputs", TEXTS_OR_PAIRS)
+
+
+class LabelPrediction(BaseModel):
+    label: str
+    score: float = Field(description="softmax / sigmoid probability (as the checkpoint's head), or the logit")
+
+
+class RerankRequest(BaseModel):
+    """``POST /rerank`` (TEI's): score ``query`` against each text with a cross-encoder."""
+
+    query: StrictStr = Field(examples=["what is deep learning?"])
+    texts: list[StrictStr] = Field(examples=[["deep learning is a kind of machine learning", "cheese"]])
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    raw_scores: StrictBool = Field(default=False, description="the logit instead of its sigmoid")
+    return_text: StrictBool = Field(default=False, description="add each text to its result")
+
+    check_texts = _inputs_check("texts", TEXTS)
+
+
+class Rank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class FillMaskRequest(BaseModel):
+    """``POST /fill_mask``: the MLM head's top tokens for each ``[MASK]`` of each text."""
+
+    inputs: StrictStr | list[StrictStr] = Field(examples=[["the capital of france is [MASK]."]])
+    top_k: StrictInt = Field(default=5, ge=1, le=100, description="candidates per [MASK]")
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class MaskCandidate(BaseModel):
+    score: float
+    token: int
+    token_str: str
+    sequence: str
+
+
+class TagRequest(BaseModel):
+    """``POST /tag``: the entities of each text (token classification)."""
+
+    inputs: StrictStr | list[StrictStr] = Field(
+        description="a text or a list of texts", examples=["Angela Merkel met Emmanuel Macron in Paris."]
+    )
+    aggregation_strategy: Literal["none", "simple", "first", "average", "max"] = Field(
+        default="simple",
+        description="none: every token; simple: adjacent B-/I- tags grouped; first/average/max: one label per "
+        "word (its first piece's, its pieces' mean scores', its most confident piece's), then grouped",
+    )
+    ignore_labels: list[StrictStr] = Field(
+        default=list(DEFAULT_IGNORE_LABELS), description="labels left out; [] keeps every token or group"
+    )
+    stride: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        description="tag texts over the model's 512 tokens in windows sharing this many tokens (not with 'none'); "
+        "absent: such a text is a 422",
+    )
+
+
+class TokenEntity(BaseModel):
+    """One token (``aggregation_strategy: none``)."""
+
+    entity: str = Field(description="the token's label, e.g. B-PER")
+    score: float = Field(description="its softmax probability")
+    index: int = Field(description="the token's position in the tokenized text ([CLS] is 0)")
+    word: str = Field(description="the token as the vocabulary spells it (## for a continuation)")
+    start: int = Field(description="character offset of its first character in the text")
+    end: int = Field(description="character offset after its last character")
+
+
+class EntityGroup(BaseModel):
+    """One entity (every other strategy): adjacent tokens or words sharing a tag."""
+
+    entity_group: str = Field(description="the tag, B-/I- prefix removed, e.g. PER")
+    score: float = Field(description="mean probability of its tokens or words")
+    word: str = Field(description="its tokens decoded (lower-cased by an uncased model)")
+    start: int = Field(description="character offset of its first character in the text")
+    end: int = Field(description="character offset after its last character: text[start:end] is the entity")
+
+
+class AnswerRequest(BaseModel):
+    """``POST /answer``: extractive answers to questions in contexts."""
+
+    question: StrictStr | list[StrictStr] = Field(description="a question or a list of questions")
+    context: StrictStr | list[StrictStr] = Field(
+        description="the context of every question, or one context per question; any length (windowed)"
+    )
+    top_k: StrictInt = Field(default=1, ge=1, description="answers per question (a list when > 1)")
+    max_answer_len: StrictInt = Field(default=DEFAULT_MAX_ANSWER_LEN, ge=1, description="longest answer in tokens")
+    doc_stride: StrictInt = Field(
+        default=DEFAULT_DOC_STRIDE, ge=0, description="context tokens shared by consecutive windows"
+    )
+    handle_impossible_answer: StrictBool = Field(
+        default=False, description='also offer the empty answer {"start": 0, "end": 0, "answer": ""}'
+    )
+    max_seq_len: StrictInt | None = Field(default=None, description="tokens per window; absent: 384")
+    truncate: StrictBool | None = Field(default=None, description="meaningless here (nothing is cut); true is a 422")
+
+
+class AnswerSpan(BaseModel):
+    score: float = Field(description="P(start) x P(end) in its window, summed over windows finding the same text")
+    start: int = Field(description="character offset of the answer in the context")
+    end: int = Field(description="character offset after it: context[start:end] == answer")
+    answer: str
+
+
+class ChooseRequest(BaseModel):
+    """``POST /choose``: the best of several choices for each context (a multiple-choice head)."""
+
+    context: StrictStr | list[StrictStr] = Field(
+        description="a context (question, sentence start), or a list of them", examples=["The cat sat on the"]
+    )
+    choices: list[StrictStr] | list[list[StrictStr]] = Field(
+        description="its choices (at least 2), or per context its list of choices", examples=[["mat", "moon"]]
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+
+class ChoiceAnswer(BaseModel):
+    index: int = Field(description="the best choice's position")
+    choice: str = Field(description="the best choice")
+    score: float = Field(description="its softmax probability over the choices")
+    scores: list[float] = Field(description="every choice's probability, in the choices' order")
 
 
 # -- OpenAI ---------------------------------------------------------------------------------------------

@@ -1,55 +1,82 @@
-"""The task layer: for each task, which graph outputs it needs and how they become answers.
+"""The task layer: every task's four steps, and the one registry callers build tasks from.
 
-Every way into the model (:class:`bertonnx.BertOnnx`'s methods, the server's engine, the corpus job)
-runs the same steps through :mod:`bertonnx.driver`: tokenize, plan length-sorted batches, run the
-session for **only the outputs the task names**, then ``task.postprocess`` turns that batch's raw outputs
-into answers, which the driver puts back in the caller's order. Each piece of post-processing
-(pooling and normalisation, the NSP softmax, ...) exists once, here.
+Every way into the model (:class:`bertonnx.BertOnnx`'s methods, the server's routes, the corpus job) builds
+its task with :func:`make_task` (the export's head is checked and every default chosen here, once) and runs
+its steps (:mod:`bertonnx.tasks.base`): ``prepare`` (tokenize or window, check the options) -> the graph runs
+``task.outputs`` only, on batches planned by the token budget (:mod:`bertonnx.driver` offline, the scheduler in
+the server) -> ``postprocess`` per unit -> ``finish`` per input (merge windows, rank, shape). Each piece of
+post-processing exists once, in its task's module.
 
-A task is a small frozen (hashable) dataclass with:
-
-- ``name``: the runtime task name (``embed``, ``nsp``, ``graph``, ...);
-- ``outputs``: the graph outputs it reads (the session is asked for these and nothing more);
-- ``postprocess(outputs, batch, rows=None)``: answers for ``rows`` of the batch (all rows when ``None``),
-  as an array whose first axis is those rows, or a list with one answer per row.
-
-Adding a task is one module here and its routes; nothing in the driver changes.
+Adding a task is one module here, one :data:`TASK_TYPES` entry and one row of :data:`bertonnx.table.TASKS`
+(the head it needs), then the routes and commands that expose it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
-
-from ..batching import Batch
-from .embed import POOLING_MODES, Embed, normalize_rows, pool, pooling_outputs
+from .answer import Answer
+from .base import Encoder, ModelFacts, PerInput, Prepared, Task
+from .choose import Choose
+from .classify import Classify, Rerank
+from .embed import DEFAULT_POOLING, POOLING_MODES, Embed, normalize_rows, pool, pooling_outputs
+from .fill_mask import FillMask
 from .graph import Graph
-from .nsp import NSP_SCORES, Nsp, is_next_probability, softmax
+from .nsp import NSP_SCORES, Nsp, is_next_probability, nsp_labels, softmax
+from .tag import Tag
 
 __all__ = [
+    "DEFAULT_POOLING",
     "NSP_SCORES",
     "POOLING_MODES",
+    "TASK_TYPES",
+    "Answer",
+    "Choose",
+    "Classify",
     "Embed",
+    "Encoder",
+    "FillMask",
     "Graph",
+    "ModelFacts",
     "Nsp",
+    "PerInput",
+    "Prepared",
+    "Rerank",
+    "Tag",
     "Task",
     "is_next_probability",
+    "make_task",
     "normalize_rows",
+    "nsp_labels",
     "pool",
     "pooling_outputs",
     "softmax",
 ]
 
+#: Task name (:data:`bertonnx.table.TASKS`) -> the class holding its steps; each has ``build(model, **options)``.
+TASK_TYPES: dict[str, Any] = {
+    "embed": Embed,
+    "nsp": Nsp,
+    "classify": Classify,
+    "rerank": Rerank,
+    "fill_mask": FillMask,
+    "tag": Tag,
+    "answer": Answer,
+    "choose": Choose,
+    "encode": Graph,
+}
 
-class Task(Protocol):
-    """What the driver needs of a task (see the module docstring)."""
 
-    @property
-    def name(self) -> str: ...
+def make_task(model: ModelFacts, name: str, **options: Any) -> Any:
+    """The task ``name`` on ``model`` with the caller's options, checked (defaults chosen here, once).
 
-    @property
-    def outputs(self) -> tuple[str, ...]: ...
-
-    def postprocess(self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None) -> Any: ...
+    Raises:
+        ValueError: an unknown task name.
+        HeadMissingError: the export lacks the task's head.
+        TypeError, ValueError: a bad option (the message names it).
+    """
+    if name not in TASK_TYPES:
+        raise ValueError(f"unknown task {name!r}; expected one of {', '.join(TASK_TYPES)}")
+    if name != "encode":
+        model.require(name)
+    return TASK_TYPES[name].build(model, **options)

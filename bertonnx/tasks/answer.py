@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Encoding
 
-from .. import driver
-from ..batching import Batch, BatchLimits
+from ..batching import Batch, TokenSequence
+from ..errors import OptionError
+from ..tokenizer import SPECIAL_TOKENS_PAIR
+from .base import ModelFacts, Prepared
 
 if TYPE_CHECKING:
     from ..windows import Windowing
@@ -46,7 +48,6 @@ __all__ = [
     "NO_ANSWER_SCORE_START",
     "START_LOGITS",
     "Answer",
-    "answer_questions",
     "answers",
     "check_answer_options",
     "check_impossible",
@@ -71,6 +72,8 @@ CANDIDATES_EXTRA = 10
 #: The "no answer" score starts here and falls to the smallest [CLS] score seen (the pipeline's 1e6).
 NO_ANSWER_SCORE_START = 1000000.0
 DEFAULT_MAX_ANSWER_LEN = 15
+#: The token kept as a candidate for "no answer".
+CLS_TOKEN = "[CLS]"
 
 
 def check_answer_options(top_k: object, max_answer_len: object) -> None:
@@ -208,12 +211,85 @@ def answers(
 
 @dataclass(frozen=True)
 class Answer:
-    """The driver's task for question answering: per row (a window), its ``(start_logits, end_logits)``, each
-    ``[tokens]`` float32 without padding. The answers need every window of a question, so they are made by
-    :func:`answer_questions` once the driver has run them all."""
+    """Question answering's steps: a question's windows are its units (:func:`qa_windows`); per unit, its
+    ``(start_logits, end_logits)``, each ``[tokens]`` float32 without padding; per question, the best spans over
+    all its windows (:func:`merge_answers`): the answer dict when ``top_k`` is 1, else a list.
 
+    Attributes:
+        windowing: cuts each question and context into windows (``None``: the task only runs units).
+        cls_id: the id of the first special token (kept as a candidate for "no answer").
+        max_seq_len: tokens per window.
+        doc_stride: context tokens shared by consecutive windows.
+        top_k, max_answer_len, handle_impossible_answer: as :func:`answers`.
+    """
+
+    windowing: Windowing | None = None
+    cls_id: int | None = None
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    doc_stride: int = DEFAULT_DOC_STRIDE
+    top_k: int = 1
+    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN
+    handle_impossible_answer: bool = False
     name = "answer"
     outputs = (START_LOGITS, END_LOGITS)
+    #: A question's windows are batched with the windows of its chunk only.
+    window_tokens = 0
+
+    @classmethod
+    def build(
+        cls,
+        model: ModelFacts,
+        *,
+        top_k: int = 1,
+        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+        doc_stride: int = DEFAULT_DOC_STRIDE,
+        handle_impossible_answer: bool = False,
+        max_seq_len: int | None = None,
+    ) -> Answer:
+        """The task on ``model``'s question-answering head.
+
+        Raises:
+            TypeError: an option has the wrong type.
+            ValueError: ``top_k`` or ``max_answer_len`` below 1; ``max_seq_len`` out of range.
+        """
+        window = min(DEFAULT_MAX_SEQ_LEN, model.max_length) if max_seq_len is None else max_seq_len
+        if isinstance(window, bool) or not isinstance(window, int):
+            raise TypeError(f"max_seq_len must be an int, got {type(window).__name__}")
+        if not SPECIAL_TOKENS_PAIR + 2 <= window <= model.max_length:
+            raise OptionError(
+                "max_seq_len", window, f"between {SPECIAL_TOKENS_PAIR + 2} and the model's {model.max_length} positions"
+            )
+        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
+            raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
+        check_answer_options(top_k, max_answer_len)
+        check_impossible(handle_impossible_answer)
+        cls_id = model.tokenizer.token_to_id(CLS_TOKEN)
+        return cls(model.windowing, cls_id, window, doc_stride, top_k, max_answer_len, handle_impossible_answer)
+
+    def prepare(
+        self, first: Sequence[str], second: Sequence[str] | None = None, first_index: int = 0, *, strict: bool = True
+    ) -> Prepared:
+        """Each question's windows with its context (``second``: one context per question).
+
+        Raises:
+            ValueError: as :func:`qa_windows`; no contexts.
+        """
+        if self.windowing is None:
+            raise ValueError("Answer was built without a tokenizer; build it with bertonnx.tasks.make_task")
+        if second is None:
+            raise ValueError("answer needs a context per question")
+        questions, contexts = list(first), list(second)
+        windows = qa_windows(
+            self.windowing,
+            questions,
+            contexts,
+            max_length=self.max_seq_len,
+            doc_stride=self.doc_stride,
+            first_index=first_index,
+        )
+        units: list[TokenSequence] = [window for question in windows for window in question]
+        kept = list(range(first_index, first_index + len(questions)))
+        return Prepared(units, [len(question) for question in windows], (contexts, windows), kept)
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
@@ -222,6 +298,20 @@ class Answer:
         starts, ends = outputs[START_LOGITS], outputs[END_LOGITS]
         picked = range(len(batch)) if rows is None else rows.tolist()
         return [(starts[row, : batch.lengths[row]].copy(), ends[row, : batch.lengths[row]].copy()) for row in picked]
+
+    def finish(self, prepared: Prepared, answers: Sequence[Any]) -> list[Any]:
+        """Per question, its best answer (``top_k`` 1) or its list of answers, best first."""
+        contexts, windows = prepared.state
+        found = merge_answers(
+            contexts,
+            windows,
+            list(answers),
+            cls_id=self.cls_id,
+            top_k=self.top_k,
+            max_answer_len=self.max_answer_len,
+            handle_impossible_answer=self.handle_impossible_answer,
+        )
+        return [spans[0] if self.top_k == 1 and spans else spans for spans in found]
 
 
 def _check_texts(questions: Sequence[str], contexts: Sequence[str], first_index: int) -> None:
@@ -301,59 +391,3 @@ def check_impossible(handle_impossible_answer: object) -> None:
     """Raise ``TypeError`` unless ``handle_impossible_answer`` is a bool."""
     if not isinstance(handle_impossible_answer, bool):
         raise TypeError(f"handle_impossible_answer must be a bool, got {type(handle_impossible_answer).__name__}")
-
-
-def answer_questions(
-    run_batch: driver.RunBatch,
-    windowing: Windowing,
-    cls_id: int | None,
-    questions: Sequence[str],
-    contexts: Sequence[str],
-    *,
-    max_length: int,
-    limits: BatchLimits,
-    doc_stride: int = DEFAULT_DOC_STRIDE,
-    top_k: int = 1,
-    max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-    handle_impossible_answer: bool = False,
-    first_index: int = 0,
-) -> list[list[dict[str, Any]]]:
-    """Answers to each question in its context: window, batch every window of every question by the token
-    budget, run, decode the best spans over each question's windows.
-
-    Args:
-        run_batch: runs one padded batch for named outputs (``BertOnnx.run_batch``).
-        windowing: the export's :class:`~bertonnx.windows.Windowing`.
-        cls_id: the ``[CLS]`` id.
-        questions: the questions.
-        contexts: one context per question.
-        max_length: tokens per window (the pipeline's ``max_seq_len``).
-        limits: the token budget and batch-size cap.
-        doc_stride: context tokens shared by consecutive windows.
-        top_k, max_answer_len, handle_impossible_answer: as :func:`answers`.
-        first_index: index of ``questions[0]`` in the caller's input, for error messages.
-
-    Returns:
-        Per question, :func:`answers`' list (best first, at most ``top_k``).
-
-    Raises:
-        TypeError, ValueError: as :func:`qa_windows`, or bad ``top_k``/``max_answer_len``.
-    """
-    check_answer_options(top_k, max_answer_len)
-    check_impossible(handle_impossible_answer)
-    windows = qa_windows(
-        windowing, questions, contexts, max_length=max_length, doc_stride=doc_stride, first_index=first_index
-    )
-    flat = [window for question_windows in windows for window in question_windows]
-    logits: list[tuple[np.ndarray, np.ndarray]] = driver.list_in_order(
-        driver.run(run_batch, Answer(), driver.plan(flat, limits))
-    )
-    return merge_answers(
-        contexts,
-        windows,
-        logits,
-        cls_id=cls_id,
-        top_k=top_k,
-        max_answer_len=max_answer_len,
-        handle_impossible_answer=handle_impossible_answer,
-    )

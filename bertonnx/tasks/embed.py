@@ -9,12 +9,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..batching import Batch
+from ..errors import HeadMissingError
+from .base import Encoder, ModelFacts, PerInput, check_bool, encoder_for
 
-__all__ = ["POOLING_MODES", "Embed", "normalize_rows", "pool", "pooling_outputs"]
+__all__ = ["DEFAULT_POOLING", "POOLING_MODES", "Embed", "normalize_rows", "pool", "pooling_outputs"]
 
 #: ``pooler``: the trained pooler (tanh dense on [CLS]); ``cls``: the raw [CLS] state; ``mean``: mean of
 #: all attended tokens including [CLS] and [SEP] (the sentence-transformers convention).
 POOLING_MODES = ("pooler", "cls", "mean")
+#: The pooling of an export without a sentence-transformers pipeline: BERT's trained pooler.
+DEFAULT_POOLING = "pooler"
 
 
 def pooling_outputs(pooling: str) -> tuple[str, ...]:
@@ -59,23 +63,48 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Embed:
-    """A pooled vector per input.
+class Embed(PerInput):
+    """A pooled vector per input, ``[hidden]`` float32.
 
     Attributes:
         pooling: one of ``POOLING_MODES``.
         normalize: scale each vector to unit L2 norm.
+        encoder: how inputs are tokenized (``None``: the task only runs units, e.g. in the server's engine).
 
     Raises:
         ValueError: unknown ``pooling``.
     """
 
-    pooling: str = "pooler"
+    pooling: str = DEFAULT_POOLING
     normalize: bool = False
+    encoder: Encoder | None = None
     name = "embed"
 
     def __post_init__(self) -> None:
         pooling_outputs(self.pooling)
+
+    @classmethod
+    def build(
+        cls,
+        model: ModelFacts,
+        *,
+        pooling: str = DEFAULT_POOLING,
+        normalize: bool = False,
+        truncation: bool = False,
+        max_length: int | None = None,
+    ) -> Embed:
+        """The task for ``model``.
+
+        Raises:
+            ValueError: unknown ``pooling``; ``max_length`` out of range.
+            TypeError: an option has the wrong type.
+            HeadMissingError: ``pooler`` asked of an export without a pooler.
+        """
+        task = cls(pooling, check_bool(normalize, "normalize"), encoder_for(model, truncation, max_length))
+        if pooling == "pooler" and "pooler_output" not in model.output_names:
+            manifest = model.manifest
+            raise HeadMissingError.for_task("embed", manifest.architecture, manifest.tasks, manifest.num_labels)
+        return task
 
     @property
     def outputs(self) -> tuple[str, ...]:

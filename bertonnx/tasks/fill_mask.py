@@ -17,11 +17,15 @@ from typing import TypedDict
 import numpy as np
 
 from ..batching import Batch, TokenSequence
+from ..errors import HeadMissingError
+from .base import Encoder, ModelFacts, PerInput, Prepared, check_positive_int, encoder_for
 from .nsp import softmax
 
-__all__ = ["FillMask", "MaskFill", "check_masks"]
+__all__ = ["DEFAULT_TOP_K", "FillMask", "MaskFill", "check_masks"]
 
 HIDDEN_STATES = "last_hidden_state"
+#: Candidates per mask by default (the pipeline's ``top_k``).
+DEFAULT_TOP_K = 5
 
 
 class MaskFill(TypedDict):
@@ -48,7 +52,7 @@ def check_masks(encodings: Sequence[TokenSequence], mask_token_id: int, first_in
 
 
 @dataclass(frozen=True)
-class FillMask:
+class FillMask(PerInput):
     """Top tokens per ``[MASK]``.
 
     Attributes:
@@ -56,14 +60,48 @@ class FillMask:
         decode: ``(ids, skip_special_tokens) -> text``, as the tokenizer decodes.
         mask_token_id: the id of ``[MASK]``.
         top_k: candidates per mask.
+        encoder: how texts are tokenized (``None``: the task only runs units).
     """
 
     head: Callable[[np.ndarray], np.ndarray]
     decode: Callable[[list[int], bool], str]
     mask_token_id: int
     top_k: int = 5
+    encoder: Encoder | None = None
     name = "fill_mask"
     outputs = (HIDDEN_STATES,)
+
+    def prepare(
+        self, first: Sequence[str], second: Sequence[str] | None = None, first_index: int = 0, *, strict: bool = True
+    ) -> Prepared:
+        """Tokenize the texts; each must hold a ``[MASK]`` (one without is refused, or rejected with ``strict=False``).
+
+        Raises:
+            ValueError: a text has no ``[MASK]`` (or truncation cut it off); as :meth:`Encoder.prepare`.
+        """
+        prepared = super().prepare(first, second, first_index, strict=strict)
+        if strict:
+            check_masks(prepared.units, self.mask_token_id, first_index)
+            return prepared
+        kept = [(i, u) for i, u in zip(prepared.kept, prepared.units, strict=True) if self.mask_token_id in u.ids]
+        for index in sorted(set(prepared.kept) - {i for i, _ in kept}):
+            prepared.rejected[index] = ValueError(f"input {index} has no [MASK] token (or truncation cut it off)")
+        prepared.kept, prepared.units = [i for i, _ in kept], [u for _, u in kept]
+        return prepared
+
+    @classmethod
+    def build(cls, model: ModelFacts, *, top_k: int = DEFAULT_TOP_K, truncation: bool = False) -> FillMask:
+        """The task on ``model``'s MLM head.
+
+        Raises:
+            TypeError, ValueError: ``top_k`` is not an int >= 1, or ``truncation`` not a bool.
+        """
+        check_positive_int(top_k, "top_k")
+        if model.mask_token_id is None:
+            raise HeadMissingError.for_task("fill_mask", model.manifest.architecture, model.manifest.tasks)
+        return cls(
+            model.run_mlm_head, model.tokenizer.decode, model.mask_token_id, top_k, encoder_for(model, truncation)
+        )
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..batching import Batch
 from ..manifest import GRAPH_OUTPUT_NAMES, OUTPUT_NAMES, PER_TOKEN_OUTPUTS
+from .base import Encoder, ModelFacts, PerInput, encoder_for
 
 __all__ = ["HIDDEN_STATES", "Graph", "assemble"]
 
@@ -22,13 +23,14 @@ HIDDEN_STATES = "last_hidden_state"
 
 
 @dataclass(frozen=True)
-class Graph:
-    """Chosen graph outputs per input.
+class Graph(PerInput):
+    """Chosen graph outputs per input (the ``encode`` task).
 
     Attributes:
         outputs: graph outputs to return, a non-empty subset of the export's outputs.
         whole_batch: answer a batch with its raw outputs as they are (one mapping for the whole batch, no
             copy), for :func:`assemble`; else one dict per row.
+        encoder: how inputs are tokenized (``None``: the task only runs units, e.g. KServe's token ids).
 
     Raises:
         ValueError: ``outputs`` is empty or names an unknown output.
@@ -36,7 +38,17 @@ class Graph:
 
     outputs: tuple[str, ...] = OUTPUT_NAMES
     whole_batch: bool = False
+    encoder: Encoder | None = None
     name = "graph"
+
+    @classmethod
+    def build(cls, model: ModelFacts, *, outputs: tuple[str, ...] | None = None, truncation: bool = False) -> Graph:
+        """The task for ``model``: every graph output by default.
+
+        Raises:
+            ValueError: an unknown output. TypeError: ``truncation`` is not a bool.
+        """
+        return cls(tuple(outputs or model.output_names), encoder=encoder_for(model, truncation))
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.outputs if name not in GRAPH_OUTPUT_NAMES]

@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tokenizers import Encoding, Tokenizer
 
-from .. import driver
-from ..batching import Batch, BatchLimits
+from ..batching import Batch, TokenSequence
+from ..errors import InputTooLongError
+from ..tokenizer import SPECIAL_TOKENS_SINGLE
+from .base import ModelFacts, Prepared, check_bool
 
 if TYPE_CHECKING:
+    from ..tokenizer import TextTokenizer
     from ..windows import Windowing
 
 __all__ = [
@@ -45,7 +48,6 @@ __all__ = [
     "entities",
     "label_probabilities",
     "merge_entities",
-    "tag_texts",
     "tag_windows",
 ]
 
@@ -314,12 +316,111 @@ def entities(
 
 @dataclass(frozen=True)
 class Tag:
-    """The driver's task for token classification: per row (a window), its ``[tokens, num_labels]`` float32
-    ``token_logits`` without padding. The answers (entities) need every window of a text, so they are made by
-    :func:`tag_texts` once the driver has run them all."""
+    """Token classification's steps: a text's windows are its units (:func:`tag_windows`); per unit, its
+    ``[tokens, num_labels]`` float32 ``token_logits`` without padding; per text, the entities of all its windows
+    merged (:func:`merge_entities`).
 
+    Attributes:
+        windowing: cuts long texts into windows (``None``: the task only runs units).
+        strings: the tokenizer's token strings, for entity words.
+        labels: label names by index (the checkpoint's ``id2label``).
+        max_length: tokens per window (the model's positions).
+        aggregation_strategy: one of ``AGGREGATION_STRATEGIES``.
+        ignore_labels: labels left out.
+        stride: tokens shared by consecutive windows of a long text; ``None`` refuses texts over ``max_length``.
+        tokenizer: the export's tokenizer (with ``truncation``, or to reject long texts with ``strict=False``).
+        truncation: cut a long text to ``max_length`` instead of refusing it (when ``stride`` is ``None``).
+    """
+
+    windowing: Windowing | None = None
+    strings: TokenStrings | None = None
+    labels: tuple[str, ...] = ()
+    max_length: int = 512
+    aggregation_strategy: str = "simple"
+    ignore_labels: tuple[str, ...] = DEFAULT_IGNORE_LABELS
+    stride: int | None = None
+    tokenizer: TextTokenizer | None = None
+    truncation: bool = False
     name = "tag"
     outputs = (TOKEN_LOGITS,)
+    #: A text's windows are batched with the windows of its chunk only.
+    window_tokens = 0
+
+    @classmethod
+    def build(
+        cls,
+        model: ModelFacts,
+        *,
+        aggregation_strategy: str = "simple",
+        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+        stride: int | None = None,
+        truncation: bool = False,
+    ) -> Tag:
+        """The task on ``model``'s token-classification head.
+
+        Raises:
+            TypeError: ``ignore_labels`` is a single string or not strings; another option has the wrong type.
+            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none``.
+        """
+        strategy = check_aggregation_strategy(aggregation_strategy)
+        if stride is not None and (isinstance(stride, bool) or not isinstance(stride, int)):
+            raise TypeError(f"stride must be an int or None, got {type(stride).__name__}")
+        return cls(
+            model.windowing,
+            model.token_strings,
+            tuple(model.labels),
+            model.max_length,
+            strategy,
+            check_ignore_labels(ignore_labels),
+            stride,
+            model.tokenizer,
+            check_bool(truncation, "truncation"),
+        )
+
+    def prepare(
+        self, first: Sequence[str], second: Sequence[str] | None = None, first_index: int = 0, *, strict: bool = True
+    ) -> Prepared:
+        """Cut each text into its windows (one when it fits).
+
+        With ``strict=False`` a text over ``max_length`` that neither ``stride`` nor ``truncation`` can take is
+        rejected (:class:`~bertonnx.errors.InputTooLongError`) instead of refused.
+
+        Raises:
+            ValueError: as :func:`tag_windows`.
+        """
+        if self.windowing is None:
+            raise ValueError("Tag was built without a tokenizer; build it with bertonnx.tasks.make_task")
+        texts = list(first)
+        kept = list(range(first_index, first_index + len(texts)))
+        rejected: dict[int, Exception] = {}
+        if self.stride is None and (self.truncation or not strict) and self.tokenizer is not None:
+            encodings = self.tokenizer.encode(
+                texts, None, truncation=self.truncation, max_length=self.max_length if self.truncation else None
+            )
+            windows = []
+            kept, keep_texts = [], []
+            for offset, encoding in enumerate(encodings):
+                if len(encoding) > self.max_length:
+                    index = first_index + offset
+                    rejected[index] = InputTooLongError(index, len(encoding), self.max_length)
+                    continue
+                windows.append([encoding])
+                kept.append(first_index + offset)
+                keep_texts.append(texts[offset])
+            texts = keep_texts
+        else:
+            windows = tag_windows(
+                self.windowing,
+                texts,
+                max_length=self.max_length,
+                aggregation_strategy=self.aggregation_strategy,
+                stride=self.stride,
+                first_index=first_index,
+            )
+        units: list[TokenSequence] = [window for text_windows in windows for window in text_windows]
+        counts = [len(text_windows) for text_windows in windows]
+        lengths = [_text_tokens(text_windows, self.stride or 0) for text_windows in windows]
+        return Prepared(units, counts, (texts, windows), kept, rejected, lengths)
 
     def postprocess(
         self, outputs: Mapping[str, np.ndarray], batch: Batch, rows: np.ndarray | None = None
@@ -328,6 +429,28 @@ class Tag:
         logits = outputs[TOKEN_LOGITS]
         picked = range(len(batch)) if rows is None else rows.tolist()
         return [logits[row, : batch.lengths[row]].copy() for row in picked]
+
+    def finish(self, prepared: Prepared, answers: Sequence[Any]) -> list[Any]:
+        """Per text, its entities (:func:`entities`), from the logits of every window in order."""
+        if self.strings is None:
+            raise ValueError("Tag was built without a tokenizer; build it with bertonnx.tasks.make_task")
+        texts, windows = prepared.state
+        return merge_entities(
+            texts,
+            windows,
+            list(answers),
+            self.labels,
+            self.strings,
+            aggregation_strategy=self.aggregation_strategy,
+            ignore_labels=self.ignore_labels,
+        )
+
+
+def _text_tokens(windows: Sequence[Encoding], stride: int) -> int:
+    """Tokens of a whole text (``[CLS]`` and ``[SEP]`` included) from its windows: the first window's, then each
+    next window's own (it repeats ``stride`` tokens of the one before)."""
+    inner = [len(window) - SPECIAL_TOKENS_SINGLE for window in windows]
+    return SPECIAL_TOKENS_SINGLE + inner[0] + sum(tokens - stride for tokens in inner[1:])
 
 
 def tag_windows(
@@ -383,59 +506,3 @@ def merge_entities(
         )
         start = stop
     return found
-
-
-def tag_texts(
-    run_batch: driver.RunBatch,
-    windowing: Windowing,
-    strings: TokenStrings,
-    labels: Sequence[str],
-    texts: Sequence[str],
-    *,
-    max_length: int,
-    limits: BatchLimits,
-    aggregation_strategy: str = "simple",
-    ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
-    stride: int | None = None,
-    first_index: int = 0,
-) -> list[list[dict[str, Any]]]:
-    """Entities of each text: window, batch every window of every text by the token budget, run, merge.
-
-    Args:
-        run_batch: runs one padded batch for named outputs (``BertOnnx.run_batch``).
-        windowing: the export's :class:`~bertonnx.windows.Windowing`.
-        strings: the export's :class:`TokenStrings`.
-        labels: label names by index.
-        texts: the texts.
-        max_length: tokens per window (the model's positions).
-        limits: the token budget and batch-size cap.
-        aggregation_strategy, ignore_labels: as :func:`entities`.
-        stride: tokens shared by consecutive windows of a text longer than ``max_length``; ``None`` refuses
-            such texts.
-        first_index: index of ``texts[0]`` in the caller's input, for error messages.
-
-    Returns:
-        Per text, :func:`entities`' answer.
-
-    Raises:
-        ValueError: as :func:`tag_windows`.
-    """
-    windows = tag_windows(
-        windowing,
-        texts,
-        max_length=max_length,
-        aggregation_strategy=aggregation_strategy,
-        stride=stride,
-        first_index=first_index,
-    )
-    flat = [window for text_windows in windows for window in text_windows]
-    logits: list[np.ndarray] = driver.list_in_order(driver.run(run_batch, Tag(), driver.plan(flat, limits)))
-    return merge_entities(
-        texts,
-        windows,
-        logits,
-        labels,
-        strings,
-        aggregation_strategy=aggregation_strategy,
-        ignore_labels=ignore_labels,
-    )
