@@ -167,8 +167,8 @@ def _read_config(directory: Path) -> tuple[PretrainedConfig, Family]:
     family = FAMILIES.get(str(raw.get("model_type")))
     if family is None:
         raise ExportError(
-            f"{config_path} describes model_type {raw.get('model_type')!r}; bertonnx exports the encoder "
-            f"families {', '.join(repr(f) for f in FAMILIES)}. Pass a checkpoint of one of them."
+            f"{config_path} describes model_type {raw.get('model_type')!r}, not a BERT model nor another encoder "
+            f"family bertonnx exports ({', '.join(repr(f) for f in FAMILIES)}). Pass a checkpoint of one of them."
         )
     from transformers import AutoConfig
 
