@@ -85,14 +85,20 @@ def _weights_between(graph: onnx.GraphProto, target: str, stop: str) -> set[str]
     return found
 
 
-#: Head outputs of a main graph -> (count name, the tensor the head starts from).
+#: Head outputs of a main graph -> (count name, the tensor the head starts from: the pooler's output where the
+#: graph has one, else the last hidden states, as RoBERTa's classifier reads its first token's state).
 HEAD_OUTPUTS = {
     "nsp_logits": ("nsp_head", "pooler_output"),
     "logits": ("classifier_head", "pooler_output"),
     "token_logits": ("token_classifier_head", "last_hidden_state"),
     "start_logits": ("qa_head", "last_hidden_state"),
     "end_logits": ("qa_head", "last_hidden_state"),
+    "rtd_logits": ("discriminator_head", "last_hidden_state"),
+    "choice_logits": ("choice_head", "pooler_output"),
 }
+#: Shape-only steps between ``input_ids`` and the word-embedding lookup (a multiple-choice graph flattens its
+#: choices first).
+_INDEX_STEPS = ("Reshape", "Cast", "Identity", "Unsqueeze", "Squeeze", "Flatten")
 
 
 def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
@@ -101,16 +107,21 @@ def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
     Returns:
         ``bert_model`` (encoder + embeddings + pooler when the graph has one), ``token_embeddings``,
         ``pooler`` (when present), each head the graph has (``nsp_head``, ``classifier_head``,
-        ``token_classifier_head``, ``qa_head``) and ``exported_total`` (everything in the graph).
+        ``token_classifier_head``, ``qa_head``, ``choice_head``, ``discriminator_head``) and ``exported_total``
+        (everything in the graph).
 
     Raises:
         ValueError: the graph has no word-embedding lookup on ``input_ids``.
     """
     graph = model.graph
     sizes = {t.name: math.prod(t.dims) for t in graph.initializer if t.data_type == ONNX_FLOAT and t.dims}
+    ids = {"input_ids"}
+    for node in graph.node:  # nodes are in topological order
+        if node.op_type in _INDEX_STEPS and node.input and node.input[0] in ids:
+            ids.update(node.output)
     word = None
     for node in graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == "input_ids":
+        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] in ids and node.input[0] in sizes:
             word = node.input[0]
         elif node.op_type == "EmbedLayerNormalization":
             word = node.input[EMBED_LAYER_NORM_WORD_INPUT]
@@ -120,6 +131,7 @@ def count_parameters(model: onnx.ModelProto) -> dict[str, int]:
     heads: dict[str, set[str]] = {}
     for output, (count, start) in HEAD_OUTPUTS.items():
         if output in outputs:
+            start = start if start in outputs else "last_hidden_state"
             heads.setdefault(count, set()).update(_weights_between(graph, output, stop=start))
     total = sum(sizes.values())
     head_total = sum(sizes[n] for names in heads.values() for n in names)

@@ -232,7 +232,20 @@ class Manifest:
 
     @property
     def max_position_embeddings(self) -> int:
+        """The tokens an input may have, special tokens included (the usable positions: 512 for RoBERTa's 514
+        position embeddings, whose first two are the padding offset)."""
         return int(self.data["config"]["max_position_embeddings"])
+
+    @property
+    def model_type(self) -> str:
+        """The encoder family (``bert``, ``roberta``, ``xlm-roberta``, ``distilbert``, ``mpnet``, ``electra``)."""
+        return str(self.data["config"].get("model_type", "bert"))
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The main graph's inputs in order (no ``token_type_ids`` for a family without segments)."""
+        inputs = (self.data.get("graph") or {}).get("inputs")
+        return tuple(str(i["name"]) for i in inputs) if inputs else INPUT_NAMES
 
     @property
     def variants(self) -> dict[str, dict[str, Any]]:

@@ -13,8 +13,9 @@ Four tables, all plain data (no torch, no onnxruntime):
 - :data:`HEADS`: every head beside the encoder, the outputs it adds and the tasks it serves;
 - :data:`ARCHITECTURES`: each transformers class kind by its suffix (``ForSequenceClassification`` ...), the
   heads it carries, its graph outputs in order and the ``--task`` name that picks it;
-- :data:`FAMILIES`: each encoder family by ``config.model_type``: its class prefix, graph inputs, pooler and
-  the architectures transformers has for it;
+- :data:`FAMILIES`: each encoder family by ``config.model_type``: its class prefix, graph inputs, pooler, the
+  architectures transformers has for it, its base-model attribute, optimum ONNX config, position offset,
+  fusion recipe and where its heads' modules sit;
 
 and :data:`TASKS`, every runtime task with the head it needs (:mod:`bertonnx.tasks` holds their steps).
 """
@@ -22,7 +23,7 @@ and :data:`TASKS`, every runtime task with the head it needs (:mod:`bertonnx.tas
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = [
     "ARCHITECTURES",
@@ -69,6 +70,7 @@ OUTPUTS: Mapping[str, Output] = {
         Output("start_logits", ("batch", "tokens"), True, "question answering: answer-start logit per token"),
         Output("end_logits", ("batch", "tokens"), True, "question answering: answer-end logit per token"),
         Output("choice_logits", ("batch",), False, "multiple choice: one logit per (context, choice) pair"),
+        Output("rtd_logits", ("batch", "tokens"), True, "replaced-token detection: logit per token, 'replaced'"),
     )
 }
 
@@ -88,7 +90,8 @@ class Head:
     """A head beside the encoder.
 
     Attributes:
-        name: ``pooler``, ``nsp``, ``mlm``, ``classifier``, ``token_classifier``, ``qa`` or ``choice``.
+        name: ``pooler``, ``nsp``, ``mlm``, ``classifier``, ``token_classifier``, ``qa``, ``choice`` or
+            ``discriminator`` (ELECTRA's replaced-token detector).
         outputs: the main-graph outputs it adds (the MLM head is a second graph, run on ``[MASK]`` states only).
         what: how errors name it ("NSP head").
     """
@@ -108,6 +111,7 @@ HEADS: Mapping[str, Head] = {
         Head("token_classifier", ("token_logits",), "token-classification head"),
         Head("qa", ("start_logits", "end_logits"), "question-answering head"),
         Head("choice", ("choice_logits",), "multiple-choice head"),
+        Head("discriminator", ("rtd_logits",), "replaced-token-detection head"),
     )
 }
 
@@ -118,6 +122,9 @@ class Architecture:
 
     Attributes:
         suffix: ``Model``, ``ForPreTraining``, ``ForSequenceClassification`` ...
+        key: its key in :data:`ARCHITECTURES` when another kind has the same suffix (ELECTRA's
+            ``ForPreTraining`` is a replaced-token discriminator, not BERT's NSP + MLM pre-training); else the
+            suffix.
         task_name: the export's ``--task`` name (the pipeline's task name where transformers has one).
         heads: heads beside the encoder (keys of :data:`HEADS`); ``pooler`` only where the family has one.
         tasks: runtime tasks an export of it offers (``rerank`` is added for a one-label classifier).
@@ -129,6 +136,12 @@ class Architecture:
     heads: tuple[str, ...]
     tasks: tuple[str, ...]
     labelled: bool = False
+    key: str = ""
+
+    @property
+    def name(self) -> str:
+        """Its key in :data:`ARCHITECTURES` (the suffix unless :attr:`key` is set)."""
+        return self.key or self.suffix
 
     def outputs(self, *, pooler: bool = True) -> tuple[str, ...]:
         """The main graph's outputs in order: ``last_hidden_state``, then each head's (the pooler's only
@@ -148,7 +161,7 @@ class Architecture:
 
 
 ARCHITECTURES: Mapping[str, Architecture] = {
-    row.suffix: row
+    row.name: row
     for row in (
         Architecture("Model", "feature-extraction", ("pooler",), ("embed",)),
         Architecture("ForPreTraining", "pretraining", ("pooler", "nsp", "mlm"), ("embed", "nsp", "fill_mask")),
@@ -160,8 +173,30 @@ ARCHITECTURES: Mapping[str, Architecture] = {
         Architecture("ForTokenClassification", "token-classification", ("token_classifier",), ("embed", "tag"), True),
         Architecture("ForQuestionAnswering", "question-answering", ("qa",), ("embed", "answer")),
         Architecture("ForMultipleChoice", "multiple-choice", ("pooler", "choice"), ("embed", "choose")),
+        Architecture("ForPreTraining", "replaced-token-detection", ("discriminator",), ("embed",), key="Discriminator"),
     )
 }
+
+
+#: Where each head's modules sit in a class, outside the base model (BERT's names; a family overrides those that
+#: differ). Parameter names start with these paths; the MLM head graph applies its modules in order.
+BERT_HEAD_MODULES: Mapping[str, tuple[str, ...]] = {
+    "nsp": ("cls.seq_relationship",),
+    "mlm": ("cls.predictions",),
+    "classifier": ("classifier",),
+    "token_classifier": ("classifier",),
+    "qa": ("qa_outputs",),
+    "choice": ("classifier",),
+}
+#: Suffixes every family beyond BERT has in transformers (no NSP, no BERT-style pre-training).
+ENCODER_ARCHITECTURES = (
+    "Model",
+    "ForMaskedLM",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+)
 
 
 @dataclass(frozen=True)
@@ -173,7 +208,19 @@ class Family:
         prefix: its transformers class prefix (``Bert``).
         inputs: the graph's inputs, in order (no ``token_type_ids`` where the family has no segments).
         pooler: its base model has a trained pooler.
-        architectures: suffixes of :data:`ARCHITECTURES` transformers has for it.
+        architectures: keys of :data:`ARCHITECTURES` transformers has for it.
+        base: the attribute holding the base model in every class but ``<prefix>Model`` (``bert``, ``roberta``).
+        onnx_config: optimum's ONNX config class for the family (``BertOnnxConfig``): its dummy inputs and
+            normalized config names.
+        no_pooler: architecture keys whose class in this family has no pooler although BERT's has one
+            (``RobertaForSequenceClassification`` classifies with its own dense + tanh head).
+        position_offset: position ids before the first token's (RoBERTa counts from ``padding_idx + 1`` = 2,
+            so 514 position embeddings take 512 tokens).
+        fusion: onnxruntime's transformer optimizer ``model_type`` for the ``optimized`` variant, or ``None``
+            when its fusions do not understand the family's graph (then :attr:`no_fusion` says why).
+        no_fusion: why the ``optimized`` variant cannot be built, when :attr:`fusion` is ``None``.
+        head_modules: head name -> module paths in the class where they differ from
+            :data:`BERT_HEAD_MODULES` (the MLM head's modules run in this order).
     """
 
     model_type: str
@@ -181,21 +228,103 @@ class Family:
     inputs: tuple[str, ...]
     pooler: bool
     architectures: tuple[str, ...]
+    base: str = "bert"
+    onnx_config: str = "BertOnnxConfig"
+    no_pooler: tuple[str, ...] = ()
+    position_offset: int = 0
+    fusion: str | None = "bert"
+    no_fusion: str = ""
+    head_modules: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def class_name(self, suffix: str) -> str:
+    def class_name(self, key: str) -> str:
         """The transformers class of an architecture kind in this family (``Bert`` + ``ForMaskedLM``)."""
-        return self.prefix + suffix
+        return self.prefix + ARCHITECTURES[key].suffix
+
+    def has_pooler(self, key: str) -> bool:
+        """Whether this family's class of architecture ``key`` has a pooler (and the kind uses one)."""
+        return self.pooler and "pooler" in ARCHITECTURES[key].heads and key not in self.no_pooler
+
+    def modules(self, head: str) -> tuple[str, ...]:
+        """Module paths of ``head`` in this family's classes (outside the base model)."""
+        return tuple(self.head_modules.get(head, BERT_HEAD_MODULES.get(head, ())))
+
+    def usable_positions(self, max_position_embeddings: int) -> int:
+        """Tokens an input may have: the position embeddings less :attr:`position_offset`."""
+        return max_position_embeddings - self.position_offset
 
 
+_NO_SEGMENTS = ("input_ids", "attention_mask")
+_SEGMENTS = ("input_ids", "attention_mask", "token_type_ids")
 FAMILIES: Mapping[str, Family] = {
     family.model_type: family
     for family in (
+        Family("bert", "Bert", _SEGMENTS, True, tuple(k for k in ARCHITECTURES if k != "Discriminator")),
         Family(
-            "bert",
-            "Bert",
-            ("input_ids", "attention_mask", "token_type_ids"),
+            "roberta",
+            "Roberta",
+            _NO_SEGMENTS,
             True,
-            tuple(ARCHITECTURES),
+            ENCODER_ARCHITECTURES,
+            base="roberta",
+            onnx_config="RobertaOnnxConfig",
+            no_pooler=("ForSequenceClassification",),
+            position_offset=2,
+            head_modules={"mlm": ("lm_head",)},
+        ),
+        Family(
+            "xlm-roberta",
+            "XLMRoberta",
+            _NO_SEGMENTS,
+            True,
+            ENCODER_ARCHITECTURES,
+            base="roberta",
+            onnx_config="XLMRobertaOnnxConfig",
+            no_pooler=("ForSequenceClassification",),
+            position_offset=2,
+            head_modules={"mlm": ("lm_head",)},
+        ),
+        Family(
+            "distilbert",
+            "DistilBert",
+            _NO_SEGMENTS,
+            False,
+            ENCODER_ARCHITECTURES,
+            base="distilbert",
+            onnx_config="DistilBertOnnxConfig",
+            head_modules={
+                "mlm": ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"),
+                "classifier": ("pre_classifier", "classifier"),
+                "choice": ("pre_classifier", "classifier"),
+            },
+        ),
+        Family(
+            "mpnet",
+            "MPNet",
+            _NO_SEGMENTS,
+            True,
+            ENCODER_ARCHITECTURES,
+            base="mpnet",
+            onnx_config="MPNetOnnxConfig",
+            no_pooler=("ForSequenceClassification",),
+            position_offset=2,
+            fusion=None,
+            no_fusion="onnxruntime's BERT optimizer fuses none of MPNet's attention layers (their relative position "
+            "bias is added to the scores, a pattern its Attention fusion does not match); use fp32 or int8",
+            head_modules={"mlm": ("lm_head",)},
+        ),
+        Family(
+            "electra",
+            "Electra",
+            _SEGMENTS,
+            False,
+            (*ENCODER_ARCHITECTURES, "Discriminator"),
+            base="electra",
+            onnx_config="ElectraOnnxConfig",
+            head_modules={
+                "mlm": ("generator_predictions", "generator_lm_head"),
+                "choice": ("sequence_summary", "classifier"),
+                "discriminator": ("discriminator_predictions",),
+            },
         ),
     )
 }
@@ -222,10 +351,9 @@ def architecture_of(class_name: str, families: Sequence[Family] | None = None) -
         ValueError: the name is no class of a known family.
     """
     for family in families if families is not None else FAMILIES.values():
-        if class_name.startswith(family.prefix):
-            suffix = class_name.removeprefix(family.prefix)
-            if suffix in family.architectures:
-                return family, ARCHITECTURES[suffix]
+        for key in family.architectures:
+            if family.class_name(key) == class_name:
+                return family, ARCHITECTURES[key]
     known = ", ".join(f.class_name(s) for f in FAMILIES.values() for s in f.architectures)
     raise ValueError(f"{class_name} is not a class bertonnx exports; expected one of {known}")
 
@@ -252,11 +380,18 @@ class TaskRow:
     summary: str
 
     def fix(self, prefix: str) -> str:
-        """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``)."""
+        """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``); a family
+        without such a class (RoBERTa has no NSP head) is told so and pointed at BERT's."""
         if not self.checkpoints:
             return self.condition
-        names = " or ".join(prefix + suffix for suffix in self.checkpoints)
-        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "")
+        family = next((f for f in FAMILIES.values() if f.prefix == prefix), None)
+        suffixes = [s for s in self.checkpoints if family is None or s in family.architectures]
+        names = " or ".join(prefix + suffix for suffix in suffixes)
+        note = ""
+        if not suffixes:  # the family has no class with this head
+            names = " or ".join("Bert" + suffix for suffix in self.checkpoints)
+            note = f" ({prefix} has no class with this head)"
+        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "") + note
 
 
 TASKS: Mapping[str, TaskRow] = {

@@ -1,14 +1,21 @@
-"""The fast WordPiece tokenizer, with padding and truncation set by the runtime, never by the file.
+"""The export's fast tokenizer, with padding and truncation set by the runtime, never by the file.
+
+Everything family-specific is read from the export's files, never assumed: the special tokens (``[CLS]`` or
+``<s>``, ``[MASK]`` or ``<mask>`` ...) from ``tokenizer_config.json``, how many special tokens a text and a pair
+get from ``tokenizer.json``'s post-processor (BERT's ``[CLS] A [SEP] B [SEP]`` adds 3, RoBERTa's
+``<s> A </s></s> B </s>`` 4), and whether the graph takes ``token_type_ids`` from the manifest.
 
 A ``tokenizer.json`` may carry padding and truncation settings (the MiniLM one pads and truncates to 128);
 the ``tokenizers`` library applies them silently. We clear both on load, pad in :mod:`bertonnx.batching`,
 and truncate only when the caller asks.
 
 Pairs are truncated here, not by ``tokenizers``: its ``longest_first`` gives the odd token of an odd budget
-to the second sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
+to the longer sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
 transformers' Python ``BertTokenizer`` give it to the first (how often that differs: benchmarks/DEFAULTS.md,
-"Pair truncation by BERT's rule"). We encode both sequences without special tokens, cut them with BERT's rule and
-add ``[CLS]``/``[SEP]`` with the file's own post-processor.
+"Pair truncation by BERT's rule"). We encode both sequences without special tokens, cut them with BERT's rule
+(for a tokenizer of BERT's WordPiece pipeline, whose Python tokenizers all cut by it) or with the fast
+tokenizer's ``longest_first`` (every other kind: byte-level BPE, Unigram, as ``PreTrainedTokenizerFast`` cuts
+them), and add the special tokens with the file's own post-processor.
 
 Truncation costs time and memory in proportion to the tokens kept, not to the text. ``tokenizers`` keeps
 every cut-off window of a truncated encoding as an "overflowing" encoding, and its post-processor pairs
@@ -23,7 +30,10 @@ a word of the whole text, tokenized the same way.
 Every ``str`` Python can hold is tokenized, as the reference does. ``tokenizers`` refuses strings holding
 a lone surrogate (a code point U+D800-U+DFFF, which the Python ``BertTokenizer`` deletes with the other
 category-C characters; ``surrogateescape`` puts them in command-line arguments that are not UTF-8), so we
-replace each by NUL first: NUL is no part of any special token and BERT's normalizer deletes it too.
+replace each by NUL first: NUL is no part of any special token and BERT's normalizer deletes it too. Other
+normalizers keep NUL (byte-level BPE would give it a token), and their Python tokenizers cannot encode a lone
+surrogate at all; for them it becomes U+FFFD, the replacement character, as ``str.encode(errors="replace")``
+would write it.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Encoding, Tokenizer
 
@@ -44,12 +55,28 @@ __all__ = [
     "TextTokenizer",
     "clean_text",
     "clean_up_tokenization",
+    "fast_pair_truncation_lengths",
     "pair_truncation_lengths",
+    "read_special_tokens",
+    "special_token_counts",
+    "surrogate_stand_in",
 ]
 
-#: ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]``.
+#: BERT's ``[CLS] A [SEP]`` or ``[CLS] A [SEP] B [SEP]`` (a tokenizer's own counts:
+#: :attr:`TextTokenizer.special_tokens_single` and :attr:`TextTokenizer.special_tokens_pair`).
 SPECIAL_TOKENS_SINGLE = 2
 SPECIAL_TOKENS_PAIR = 3
+#: The special tokens a tokenizer names in ``tokenizer_config.json`` (transformers' attribute names).
+SPECIAL_TOKEN_NAMES = ("cls_token", "sep_token", "mask_token", "pad_token", "unk_token", "bos_token", "eos_token")
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
+#: The manifest beside ``tokenizer.json`` in an export (its graph inputs say whether segments are fed).
+MANIFEST_FILE = "bertonnx.json"
+#: Pair truncation rules: BERT's ``_truncate_seq_pair`` and the fast tokenizer's ``longest_first``.
+PAIR_RULE_BERT = "bert"
+PAIR_RULE_FAST = "longest_first"
+#: Stands in for a lone surrogate where the normalizer keeps NUL (every normalizer but BERT's).
+REPLACEMENT_CHARACTER = "\ufffd"
 #: When truncating, the first prefix tokenized holds this many characters per token that may be kept;
 #: it doubles until it holds enough complete tokens (English averages 4-5 characters per token).
 PREFIX_CHARS_PER_TOKEN = 8
@@ -86,12 +113,64 @@ def clean_up_tokenization(text: str) -> str:
     return text
 
 
-def clean_text(text: str) -> str:
-    """``text`` with each lone surrogate replaced by NUL (which BERT's normalizer deletes, as the reference
-    deletes the surrogate); ``text`` itself when it holds none (an ASCII string is not even scanned)."""
+def clean_text(text: str, stand_in: str = SURROGATE_STAND_IN) -> str:
+    """``text`` with each lone surrogate replaced by ``stand_in`` (NUL by default, which BERT's normalizer
+    deletes, as the reference deletes the surrogate; :func:`surrogate_stand_in` picks it per tokenizer);
+    ``text`` itself when it holds none (an ASCII string is not even scanned)."""
     if text.isascii() or _SURROGATE.search(text) is None:
         return text
-    return _SURROGATE.sub(SURROGATE_STAND_IN, text)
+    return _SURROGATE.sub(stand_in, text)
+
+
+def surrogate_stand_in(spec: dict[str, Any]) -> str:
+    """What stands in for a lone surrogate for the tokenizer of ``spec`` (a parsed ``tokenizer.json``): NUL
+    where BERT's normalizer deletes it, else U+FFFD."""
+    normalizer = spec.get("normalizer") or {}
+    bert = normalizer.get("type") == "BertNormalizer" and normalizer.get("clean_text", True)
+    return SURROGATE_STAND_IN if bert else REPLACEMENT_CHARACTER
+
+
+def special_token_counts(tokenizer: Tokenizer) -> tuple[int, int]:
+    """Special tokens the tokenizer's post-processor adds to a text and to a pair (BERT's 2 and 3, RoBERTa's
+    2 and 4; 0 and 0 without a post-processor)."""
+    processor = tokenizer.post_processor
+    if processor is None:
+        return 0, 0
+    return int(processor.num_special_tokens_to_add(False)), int(processor.num_special_tokens_to_add(True))
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, dict):  # an AddedToken as transformers saves it
+        value = value.get("content")
+    return value if isinstance(value, str) and value else None
+
+
+def read_special_tokens(directory: Path) -> dict[str, str]:
+    """The special tokens transformers' tokenizer of ``directory`` has, by attribute name (``cls_token`` ...),
+    from ``tokenizer_config.json`` and ``special_tokens_map.json`` (the first wins); only those named."""
+    found: dict[str, str] = {}
+    for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE):
+        try:
+            data = json.loads((directory / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        for key in SPECIAL_TOKEN_NAMES:
+            token = _token_text(data.get(key))
+            if token is not None:
+                found.setdefault(key, token)
+    return found
+
+
+def _graph_takes_segments(directory: Path) -> bool | None:
+    """Whether the export's graph takes ``token_type_ids`` (its manifest's graph inputs), ``None`` unknown."""
+    try:
+        manifest = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
+        inputs = manifest["graph"]["inputs"]
+        return any(entry["name"] == "token_type_ids" for entry in inputs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
@@ -116,6 +195,32 @@ def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, 
     return (budget + 1) // 2, budget // 2
 
 
+def fast_pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
+    """Tokens kept of each sequence of a pair, as the ``tokenizers`` library's ``longest_first`` keeps them
+    (what ``PreTrainedTokenizerFast`` does for RoBERTa, XLM-RoBERTa ... pairs).
+
+    The shorter sequence survives whole when the longer can take the rest; when both must be cut, each keeps
+    half the budget and the longer one the odd token (the second on a tie).
+
+    Args:
+        first: tokens of the first sequence (no special tokens).
+        second: tokens of the second sequence.
+        budget: tokens the two may keep together, >= 0.
+
+    Returns:
+        ``(kept_first, kept_second)``.
+    """
+    if first + second <= budget:
+        return first, second
+    swap = first > second
+    short, long = (second, first) if swap else (first, second)
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short = budget // 2
+        long = short + budget % 2
+    return (long, short) if swap else (short, long)
+
+
 def _cut(encoding: Encoding, keep: int) -> None:
     """Keep the first ``keep`` tokens of ``encoding``.
 
@@ -131,10 +236,21 @@ def _cut(encoding: Encoding, keep: int) -> None:
 
 
 class TextTokenizer:
-    """Encodes texts and pairs with ``[CLS] A [SEP] (B [SEP])`` and segment ids 0/1."""
+    """Encodes texts and pairs with the tokenizer's own template (BERT's ``[CLS] A [SEP] (B [SEP])`` with segment
+    ids 0/1, RoBERTa's ``<s> A </s>(</s> B </s>)`` ...).
+
+    Attributes read from the export's files (``None`` where the tokenizer has no such token):
+        cls_token, sep_token, mask_token, pad_token, unk_token: the special tokens' strings (``[CLS]``, ``<s>``
+            ...), and ``cls_token_id`` ... their ids.
+        special_tokens_single, special_tokens_pair: special tokens added to a text and to a pair.
+        takes_token_type_ids: the graph takes ``token_type_ids`` (False for RoBERTa, XLM-R, DistilBERT, MPNet).
+        pair_rule: how a pair is truncated: ``bert`` (BERT's rule) or ``longest_first`` (the fast tokenizer's).
+        surrogate_stand_in: what a lone surrogate becomes before tokenizing.
+    """
 
     def __init__(self, path: Path, max_positions: int, *, clean_up_spaces: bool = True) -> None:
-        """Load ``tokenizer.json`` and clear any padding or truncation baked into it.
+        """Load ``tokenizer.json`` and clear any padding or truncation baked into it; read the special tokens
+        from ``tokenizer_config.json`` beside it and the graph's inputs from the manifest beside it.
 
         Raises:
             ModelDirectoryError: the file cannot be parsed as a tokenizers JSON file.
@@ -149,11 +265,27 @@ class TextTokenizer:
         self.max_positions = max_positions
         spec = json.loads(base.to_str())
         added = list(base.get_added_tokens_decoder().values())
+        bert_pipeline = all((spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items())
         #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole): BERT's
         #: pipeline, with special tokens matched in the raw text (not after normalizing).
-        self.prefix_safe = not any(t.normalized for t in added) and all(
-            (spec.get(part) or {}).get("type") == kind for part, kind in PREFIX_SAFE_PIPELINE.items()
-        )
+        self.prefix_safe = bert_pipeline and not any(t.normalized for t in added)
+        self.pair_rule = PAIR_RULE_BERT if bert_pipeline else PAIR_RULE_FAST
+        self.surrogate_stand_in = surrogate_stand_in(spec)
+        self.special_tokens_single, self.special_tokens_pair = special_token_counts(base)
+        directory = Path(path).parent
+        specials = read_special_tokens(directory)
+        self.cls_token: str | None = specials.get("cls_token") or specials.get("bos_token")
+        self.sep_token: str | None = specials.get("sep_token") or specials.get("eos_token")
+        self.mask_token: str | None = specials.get("mask_token")
+        self.pad_token: str | None = specials.get("pad_token")
+        self.unk_token: str | None = specials.get("unk_token")
+        self.cls_token_id = self._id_of(self.cls_token)
+        self.sep_token_id = self._id_of(self.sep_token)
+        self.mask_token_id = self._id_of(self.mask_token)
+        self.pad_token_id = self._id_of(self.pad_token)
+        self.unk_token_id = self._id_of(self.unk_token)
+        segments = _graph_takes_segments(directory)
+        self.takes_token_type_ids: bool = segments if segments is not None else True
         # A special token ([MASK] ...) straddling the end of a prefix would be cut in two: tokens ending
         # within its length of the end are not taken as final.
         self._added_chars = max((len(t.content) for t in added), default=0)
@@ -169,6 +301,9 @@ class TextTokenizer:
     def token_to_id(self, token: str) -> int | None:
         found: int | None = self._base.token_to_id(token)
         return found
+
+    def _id_of(self, token: str | None) -> int | None:
+        return None if token is None else self.token_to_id(token)
 
     def encode(
         self,
@@ -207,8 +342,8 @@ class TextTokenizer:
             ValueError: texts and pairs differ in length, ``max_length`` leaves no room for any token, or
                 ``truncation`` is asked for without a ``max_length``.
         """
-        texts = [clean_text(text) for text in texts]
-        cleaned_pairs = None if pairs is None else [clean_text(pair) for pair in pairs]
+        texts = [clean_text(text, self.surrogate_stand_in) for text in texts]
+        cleaned_pairs = None if pairs is None else [clean_text(pair, self.surrogate_stand_in) for pair in pairs]
         if cleaned_pairs is not None and len(texts) != len(cleaned_pairs):
             raise ValueError(
                 f"texts and pairs differ in length ({len(texts)} vs {len(cleaned_pairs)}); pass one pair per text"
@@ -252,20 +387,24 @@ class TextTokenizer:
         return encodings
 
     def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:
-        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first by BERT's rule.
+        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first by
+        :attr:`pair_rule`.
 
         Inputs short enough in characters are first encoded whole in one batch (most inputs fit and are
         done); the others are cut from the leading tokens of each side.
         """
         if pairs is None:
-            budget = max_length - SPECIAL_TOKENS_SINGLE
+            budget = max_length - self.special_tokens_single
             if budget < 0:
-                raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
+                raise ValueError(
+                    f"max_length={max_length} leaves no room for the {self.special_tokens_single} special tokens; "
+                    f"use max_length >= {self.special_tokens_single}"
+                )
         else:
-            budget = max_length - SPECIAL_TOKENS_PAIR
+            budget = max_length - self.special_tokens_pair
             if budget <= 0:
                 raise ValueError(
-                    f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
+                    f"max_length={max_length} leaves no room for a pair; use max_length > {self.special_tokens_pair}"
                 )
         found: list[Encoding | None] = [None] * len(texts)
         limit = PREFIX_CHARS_PER_TOKEN * max_length
@@ -280,10 +419,13 @@ class TextTokenizer:
                 _cut(encoding, known)
                 found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
         else:
+            lengths = pair_truncation_lengths if self.pair_rule == PAIR_RULE_BERT else fast_pair_truncation_lengths
             firsts = self._leading_tokens([texts[i] for i in cut], budget + 1)
             seconds = self._leading_tokens([pairs[i] for i in cut], budget + 1)
             for i, (first, first_known), (second, second_known) in zip(cut, firsts, seconds, strict=True):
-                keep_first, keep_second = pair_truncation_lengths(first_known, second_known, budget)
+                if self.pair_rule == PAIR_RULE_FAST:  # which side is longer counts: the texts were tokenized whole
+                    first_known, second_known = len(first), len(second)
+                keep_first, keep_second = lengths(first_known, second_known, budget)
                 _cut(first, keep_first)
                 _cut(second, keep_second)
                 found[i] = self._base.post_process(first, second, add_special_tokens=True)

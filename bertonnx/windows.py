@@ -23,6 +23,7 @@ checked here first and a ``ValueError`` names the fix.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -31,7 +32,7 @@ from pathlib import Path
 from tokenizers import Encoding, Tokenizer
 
 from .errors import InputTooLongError, OptionError
-from .tokenizer import SPECIAL_TOKENS_PAIR, SPECIAL_TOKENS_SINGLE, clean_text
+from .tokenizer import clean_text, special_token_counts, surrogate_stand_in
 
 __all__ = ["WINDOW_TOKENIZERS_KEPT", "Windowing"]
 
@@ -50,6 +51,10 @@ class Windowing:
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._base = tokenizer
+        #: Special tokens of a window of one text, and of a question/context pair (2 and 3 for BERT, 2 and 4
+        #: for RoBERTa's ``<s> q </s></s> c </s>``): from the tokenizer's own post-processor.
+        self.special_tokens_single, self.special_tokens_pair = special_token_counts(tokenizer)
+        self._stand_in = surrogate_stand_in(json.loads(tokenizer.to_str()))
         self._copies: OrderedDict[tuple[int, int, str], Tokenizer] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -93,7 +98,8 @@ class Windowing:
         Args:
             texts: the texts (any ``str``; lone surrogates are tokenized as BERT's tokenizer deletes them).
             max_length: tokens per window including ``[CLS]`` and ``[SEP]`` (the model's positions).
-            stride: tokens shared by consecutive windows, ``0 <= stride < max_length - 2``; ``None`` when the
+            stride: tokens shared by consecutive windows, ``0 <= stride < max_length - 2`` (less the tokenizer's
+                special tokens for one text; 2 for BERT and RoBERTa); ``None`` when the
                 caller does not window (then a text must fit in one window).
             first_index: index of ``texts[0]`` in the caller's input, for error messages.
 
@@ -104,10 +110,10 @@ class Windowing:
             ValueError: ``stride`` is out of range, or a text is longer than ``max_length`` and ``stride`` is
                 ``None``.
         """
-        room = max_length - SPECIAL_TOKENS_SINGLE
+        room = max_length - self.special_tokens_single
         if stride is not None:
-            _check_stride("stride", stride, room, f"max_length - 2 = {room}")
-        cleaned = [clean_text(text) for text in texts]
+            _check_stride("stride", stride, room, f"max_length - {self.special_tokens_single} = {room}")
+        cleaned = [clean_text(text, self._stand_in) for text in texts]
         whole: list[Encoding] = self._base.encode_batch(cleaned, add_special_tokens=True)
         windows = [[encoding] for encoding in whole]
         long = [i for i, encoding in enumerate(whole) if len(encoding) > max_length]
@@ -134,7 +140,8 @@ class Windowing:
         Args:
             questions: one question per context.
             contexts: the contexts.
-            max_length: tokens per window including the three special tokens (the pipeline's ``max_seq_len``).
+            max_length: tokens per window including the special tokens (three for BERT, four for RoBERTa; the
+                pipeline's ``max_seq_len``).
             stride: context tokens shared by consecutive windows (the pipeline's ``doc_stride``), ``>= 0``;
                 it must be smaller than the context tokens a window holds when a context needs windows.
             first_index: index of ``questions[0]`` in the caller's input, for error messages.
@@ -154,18 +161,21 @@ class Windowing:
             )
         if stride < 0:
             raise OptionError("doc_stride", stride, ">= 0")
-        pairs = [(clean_text(q), clean_text(c)) for q, c in zip(questions, contexts, strict=True)]
+        pairs = [
+            (clean_text(q, self._stand_in), clean_text(c, self._stand_in))
+            for q, c in zip(questions, contexts, strict=True)
+        ]
         whole: list[Encoding] = self._base.encode_batch(pairs, add_special_tokens=True)
         windows = [[encoding] for encoding in whole]
         long = [i for i, encoding in enumerate(whole) if len(encoding) > max_length]
         for i in long:
             question_tokens = sum(1 for sequence in whole[i].sequence_ids if sequence == 0)
-            room = max_length - SPECIAL_TOKENS_PAIR - question_tokens
+            room = max_length - self.special_tokens_pair - question_tokens
             if room < 1:
                 raise ValueError(
                     f"question {first_index + i} has {question_tokens} tokens, which leaves no room for its "
                     f"context in a window of {max_length} tokens; shorten the question (at most "
-                    f"{max_length - SPECIAL_TOKENS_PAIR - 1} tokens) or use a larger max_seq_len (at most the "
+                    f"{max_length - self.special_tokens_pair - 1} tokens) or use a larger max_seq_len (at most the "
                     "model's positions)"
                 )
             _check_stride(

@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from bertonnx.manifest import GRAPH_OUTPUT_NAMES, MLM_HEAD_INPUT, MLM_HEAD_OUTPUT, NSP_IS_NEXT_INDEX
 
-from .graph import BertWithHeads, row_of
+from .graph import WithHeads, row_of, run_class
 
 #: The module's pair: B follows A.
 MODULE_PAIR = ("the weather is nice", "i agree with you")
@@ -96,6 +96,8 @@ INT8_THRESHOLDS = {
     "mlm_top5_agreement": 0.8,
     "choice_probability_max_abs": 0.05,
     "choice_agreement": 0.9,
+    "rtd_probability_max_abs": 0.05,
+    "rtd_agreement": 0.9,
 }
 #: bf16 (OpenVINO) thresholds. Measured on these gate inputs (hidden / pooler min cosine, NSP probability
 #: error): seeded bert-base 0.99998 / 0.99997 / 0.0012; real MiniLM weights 0.99992 / 0.99998 / 0.00008.
@@ -114,6 +116,8 @@ BF16_THRESHOLDS = {
     "mlm_top5_agreement": 0.9,
     "choice_probability_max_abs": 0.01,
     "choice_agreement": 0.95,
+    "rtd_probability_max_abs": 0.01,
+    "rtd_agreement": 0.95,
 }
 #: Variants judged by cosines and task-level measures instead of ``EXACT_MAX_ABS``.
 LOSSY_THRESHOLDS = {"int8": INT8_THRESHOLDS, "bf16": BF16_THRESHOLDS}
@@ -130,13 +134,15 @@ MEASURE_OUTPUTS = {
     "mlm_top5_agreement": MLM_HEAD_OUTPUT,
     "choice_probability_max_abs": "choice_logits",
     "choice_agreement": "choice_logits",
+    "rtd_probability_max_abs": "rtd_logits",
+    "rtd_agreement": "rtd_logits",
 }
 #: Every output the gate compares, in report order: the main graph's, then the MLM head's.
 COMPARED_OUTPUTS = (*GRAPH_OUTPUT_NAMES, MLM_HEAD_OUTPUT)
 #: Outputs with one vector per valid token (padding is left out of every comparison).
 TOKEN_OUTPUTS = ("last_hidden_state", "token_logits")
 #: Outputs with one value per valid token (compared per row over its valid positions).
-POSITION_OUTPUTS = ("start_logits", "end_logits")
+POSITION_OUTPUTS = ("start_logits", "end_logits", "rtd_logits")
 
 
 @dataclass
@@ -153,17 +159,25 @@ class Case:
     masks: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
 
-def build_cases(tokenizer_path: Path, max_length: int, *, masked: bool = False) -> list[Case]:
+def build_cases(
+    tokenizer_path: Path, max_length: int, *, masked: bool = False, mask_token: str = MASK_TOKEN
+) -> list[Case]:
     """Tokenize the gate inputs with the exported ``tokenizer.json`` (as the runtime will).
 
     Args:
+        max_length: the tokens an input may have (the usable positions).
         masked: add :data:`MASKED_INPUTS` (for an export with an MLM head) and record mask positions.
+        mask_token: the tokenizer's mask token (``[MASK]``, ``<mask>``), written where the inputs say ``[MASK]``.
     """
     tokenizer = Tokenizer.from_file(str(tokenizer_path))
     tokenizer.no_padding()
     tokenizer.enable_truncation(max_length, strategy="longest_first")
-    inputs = GATE_INPUTS + (MASKED_INPUTS if masked else ())
-    mask_id = tokenizer.token_to_id(MASK_TOKEN) if masked else None
+    masked_inputs = tuple(
+        (text.replace(MASK_TOKEN, mask_token), None if pair is None else pair.replace(MASK_TOKEN, mask_token))
+        for text, pair in MASKED_INPUTS
+    )
+    inputs = GATE_INPUTS + (masked_inputs if masked else ())
+    mask_id = tokenizer.token_to_id(mask_token) if masked else None
     encodings = [tokenizer.encode(text) if pair is None else tokenizer.encode(text, pair) for text, pair in inputs]
     cases = [
         make_case(f"input {i} ({len(enc.ids)} tokens{', pair' if inputs[i][1] is not None else ''})", [enc], mask_id)
@@ -192,53 +206,25 @@ def make_case(name: str, encodings: list[Any], mask_id: int | None = None) -> Ca
     return Case(name, feeds, [len(enc.ids) for enc in encodings], masks)
 
 
-def _class_outputs(model: Any, out: Any) -> dict[str, torch.Tensor]:
-    """The transformers class's own outputs under the graph's names (MLM logits over every token)."""
-    architecture = type(model).__name__
-    if architecture == "BertModel":
-        return {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output}
-    hidden = out.hidden_states[-1]
-    found: dict[str, torch.Tensor] = {"last_hidden_state": hidden}
-    if model.bert.pooler is not None:
-        found["pooler_output"] = model.bert.pooler(hidden)
-    if architecture == "BertForPreTraining":
-        found["nsp_logits"] = out.seq_relationship_logits
-        found[MLM_HEAD_OUTPUT] = out.prediction_logits
-    elif architecture == "BertForNextSentencePrediction":
-        found["nsp_logits"] = out.logits
-    elif architecture == "BertForMaskedLM":
-        found[MLM_HEAD_OUTPUT] = out.logits
-    elif architecture == "BertForSequenceClassification":
-        found["logits"] = out.logits
-    elif architecture == "BertForTokenClassification":
-        found["token_logits"] = out.logits
-    elif architecture == "BertForQuestionAnswering":
-        found["start_logits"], found["end_logits"] = out.start_logits, out.end_logits
-    elif architecture == "BertForMultipleChoice":  # the case's rows are the choices of one question
-        found["choice_logits"] = out.logits.reshape(-1)
-    return found
-
-
 def reference_outputs(model: Any, cases: list[Case]) -> list[dict[str, np.ndarray]]:
     """PyTorch outputs of every case (fp32, eval mode, no grad), from the transformers class's own forward.
 
     Args:
-        model: a transformers model of an :mod:`export.heads` row, or a :class:`BertWithHeads` around one.
+        model: a transformers model of an :mod:`export.heads` row, or a :class:`WithHeads` around one.
 
     Returns:
         Per case the row's graph outputs, plus ``mlm_logits`` ``[k, vocab]`` at the case's ``masks`` when
         the model has an MLM head.
     """
-    net = model.model if isinstance(model, BertWithHeads) else model
+    net = model.model if isinstance(model, WithHeads) else model
     row = row_of(net)
     results = []
     with torch.inference_mode():
         for case in cases:
-            feeds = {k: torch.from_numpy(v) for k, v in case.feeds.items()}
+            feeds = {k: torch.from_numpy(v) for k, v in case.feeds.items() if k in row.family.inputs}
             if "choice_logits" in row.outputs:  # [choices, t] -> one question with those choices
                 feeds = {k: v[None] for k, v in feeds.items()}
-            out = net(**feeds, output_hidden_states=True, return_dict=True)
-            found = _class_outputs(net, out)
+            found = run_class(net, feeds)
             result = {name: found[name].float().numpy() for name in row.outputs}
             if row.has_mlm and len(case.masks):
                 logits = found[MLM_HEAD_OUTPUT][case.masks[:, 0], case.masks[:, 1]]
@@ -263,9 +249,11 @@ def variant_outputs(
     session = open_variant_session(path, variant, options)
     head = open_variant_session(mlm_head, "fp32", options) if mlm_head is not None else None
     names = [o.name for o in session.get_outputs()]
+    inputs = [i.name for i in session.get_inputs()]
     results = []
     for case in cases:
-        values = dict(zip(names, session.run(names, case.feeds), strict=True))
+        feeds = {name: case.feeds[name] for name in inputs}
+        values = dict(zip(names, session.run(names, feeds), strict=True))
         if head is not None and len(case.masks):
             gathered = values["last_hidden_state"][case.masks[:, 0], case.masks[:, 1]]
             (values[MLM_HEAD_OUTPUT],) = head.run([MLM_HEAD_OUTPUT], {MLM_HEAD_INPUT: gathered})
@@ -396,6 +384,11 @@ def _task_measures(
         rp, gp = _softmax(r[None]), _softmax(g[None])
         tally.most("choice_probability_max_abs", float(np.max(np.abs(rp - gp))))
         tally.agree("choice_agreement", _top1_agrees(r[None], g[None]))
+    elif name == "rtd_logits":  # P(replaced) per valid token, judged as the 0.5 decision
+        for rv, gv in zip(_valid(name, case, r), _valid(name, case, g), strict=True):
+            rp, gp = _sigmoid(rv), _sigmoid(gv)
+            tally.most("rtd_probability_max_abs", float(np.max(np.abs(rp - gp))) if rp.size else 0.0)
+            tally.agree("rtd_agreement", ((rp > 0.5) == (gp > 0.5)) | (np.abs(rp - 0.5) < TIE_PROBABILITY))
     elif name in POSITION_OUTPUTS:
         key = "span_start_agreement" if name == "start_logits" else "span_end_agreement"
         for rv, gv in zip(_valid(name, case, r), _valid(name, case, g), strict=True):

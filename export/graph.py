@@ -1,9 +1,9 @@
 """Build the export's ONNX graphs: the encoder with the checkpoint's heads, and the MLM head on its own.
 
 optimum has no task that keeps the pooler beside a head, so we give its exporter a custom ONNX config
-(BERT's inputs, the row's outputs from :mod:`export.heads`) and a thin module that returns exactly those
-outputs. We call ``optimum.exporters.onnx.export`` directly: ``onnx_export_from_model`` refuses custom
-classes.
+(the family's optimum config with its inputs, and the row's outputs from :mod:`export.heads`) and a
+thin module that calls the transformers class's own forward and returns exactly those outputs. We call
+``optimum.exporters.onnx.export`` directly: ``onnx_export_from_model`` refuses custom classes.
 
 The masked-language-model head is a second graph, ``hidden_states`` [n, hidden] -> ``mlm_logits`` [n, vocab]:
 the runtime gathers the hidden states at the ``[MASK]`` positions and projects only those onto the
@@ -13,15 +13,16 @@ vocabulary, so fill-mask costs one projection per mask and the other tasks never
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import reduce
 from pathlib import Path
 
 import onnx
 import torch
+from optimum.exporters.onnx import OnnxConfig, model_configs
 from optimum.exporters.onnx import export as optimum_export
-from optimum.exporters.onnx.model_configs import BertOnnxConfig
 from transformers import PreTrainedModel
 
-from bertonnx.manifest import INPUT_NAMES, MLM_HEAD_INPUT, MLM_HEAD_OUTPUT
+from bertonnx.manifest import MLM_HEAD_INPUT, MLM_HEAD_OUTPUT
 
 from .errors import ExportError
 from .heads import ARCHITECTURES, HeadRow
@@ -40,6 +41,7 @@ OUTPUT_AXES: dict[str, dict[int, str]] = {
     "start_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     "end_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
     "choice_logits": {0: BATCH_AXIS},
+    "rtd_logits": {0: BATCH_AXIS, 1: SEQUENCE_AXIS},
 }
 
 
@@ -55,12 +57,57 @@ def row_of(model: PreTrainedModel) -> HeadRow:
     return ARCHITECTURES[name]
 
 
-class BertWithHeads(torch.nn.Module):
-    """A transformers BERT model as the main graph computes it: the encoder states and the row's outputs.
+def run_class(model: PreTrainedModel, feeds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Run a transformers class's own forward (``output_hidden_states=True``) and return its outputs under the
+    graph's names, plus ``mlm_logits`` over every token when the class has an MLM head.
+
+    ``pooler_output`` is what the class's own pooler gave in that forward (caught by a hook, so in a graph the
+    head reads the very pooler output the graph returns; only ``<prefix>Model`` returns it itself). A
+    multiple-choice class takes ``[1, choices, t]`` and its logits are flattened to one per choice.
+    """
+    row = row_of(model)
+    pooled: list[torch.Tensor] = []
+    hook = None
+    if "pooler_output" in row.outputs and row.kind.name != "Model":
+        pooler = getattr(model, row.family.base).pooler
+        hook = pooler.register_forward_hook(lambda _module, _args, output: pooled.append(output))
+    try:
+        out = model(**feeds, output_hidden_states=True, return_dict=True)
+    finally:
+        if hook is not None:
+            hook.remove()
+    if row.kind.name == "Model":
+        found: dict[str, torch.Tensor] = {"last_hidden_state": out.last_hidden_state}
+        if "pooler_output" in row.outputs:
+            found["pooler_output"] = out.pooler_output
+        return found
+    found = {"last_hidden_state": out.hidden_states[-1]}
+    if pooled:
+        found["pooler_output"] = pooled[-1]
+    if "nsp_logits" in row.outputs:
+        nsp = getattr(out, "seq_relationship_logits", None)
+        found["nsp_logits"] = out.logits if nsp is None else nsp
+    for name in ("logits", "token_logits", "rtd_logits"):
+        if name in row.outputs:
+            found[name] = out.logits
+    if "start_logits" in row.outputs:
+        found["start_logits"], found["end_logits"] = out.start_logits, out.end_logits
+    if "choice_logits" in row.outputs:  # the rows are the choices of one question
+        found["choice_logits"] = out.logits.reshape(-1)
+    if row.has_mlm:
+        prediction = getattr(out, "prediction_logits", None)
+        found[MLM_HEAD_OUTPUT] = out.logits if prediction is None else prediction
+    return found
+
+
+class WithHeads(torch.nn.Module):
+    """A transformers model as the main graph computes it: its own forward, returning the encoder states and
+    the row's outputs (:func:`run_class`).
 
     ``BertForPreTraining`` gives ``last_hidden_state``, ``pooler_output`` and ``nsp_logits`` (its MLM head is
-    :class:`MlmHead`); ``BertForSequenceClassification`` gives ``logits`` beside the first two, and so on
-    (:data:`export.heads.ROWS`).
+    :class:`MlmHead`, a second graph: the tracer drops the class's own MLM logits, which no output uses);
+    ``BertForSequenceClassification`` gives ``logits`` beside the first two, and so on
+    (:data:`export.heads.ROWS`). Families without segments take no ``token_type_ids``.
     """
 
     def __init__(self, model: PreTrainedModel) -> None:
@@ -70,49 +117,51 @@ class BertWithHeads(torch.nn.Module):
         self.config = model.config
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        model = self.model
-        base = model if self.row.architecture == "BertModel" else model.bert
-        out = base(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, return_dict=True)
-        hidden = out.last_hidden_state
-        result = {"last_hidden_state": hidden}
-        if "pooler_output" in self.row.outputs:
-            result["pooler_output"] = out.pooler_output
-        if "nsp_logits" in self.row.outputs:
-            result["nsp_logits"] = model.cls.seq_relationship(out.pooler_output)
-        if "logits" in self.row.outputs:
-            result["logits"] = model.classifier(out.pooler_output)  # dropout is the identity in eval mode
-        if "token_logits" in self.row.outputs:
-            result["token_logits"] = model.classifier(hidden)
-        if "choice_logits" in self.row.outputs:  # one (context, choice) pair per row: its one logit
-            result["choice_logits"] = model.classifier(out.pooler_output).squeeze(-1)
-        if "start_logits" in self.row.outputs:
-            start, end = model.qa_outputs(hidden).split(1, dim=-1)
-            result["start_logits"] = start.squeeze(-1)
-            result["end_logits"] = end.squeeze(-1)
-        return {name: result[name] for name in self.row.outputs}
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            feeds["token_type_ids"] = token_type_ids
+        if "choice_logits" in self.row.outputs:  # [choices, t] -> one question with those choices
+            feeds = {k: v[None] for k, v in feeds.items()}
+        found = run_class(self.model, feeds)  # a choice class's states are already [choices, t, hidden]
+        return {name: found[name] for name in self.row.outputs}
+
+
+#: The name the heads tests and older callers use.
+BertWithHeads = WithHeads
+
+
+def _module(model: torch.nn.Module, path: str) -> torch.nn.Module:
+    found: torch.nn.Module = reduce(getattr, path.split("."), model)
+    return found
 
 
 class MlmHead(torch.nn.Module):
-    """The MLM head alone: transform (dense, activation, LayerNorm), then the decoder with its bias."""
+    """The MLM head alone: the family's head modules in order (BERT's ``cls.predictions``: transform, then the
+    decoder with its bias; RoBERTa's ``lm_head``; DistilBERT's transform, activation, LayerNorm, projector)."""
 
     def __init__(self, model: PreTrainedModel) -> None:
         super().__init__()
-        self.predictions = model.cls.predictions
+        self.parts = torch.nn.ModuleList(_module(model, path) for path in row_of(model).family.modules("mlm"))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.predictions(hidden_states)
-        return logits
+        for part in self.parts:
+            hidden_states = part(hidden_states)
+        return hidden_states
 
 
-def _heads_onnx_config(outputs: tuple[str, ...]) -> type[BertOnnxConfig]:
-    class HeadsOnnxConfig(BertOnnxConfig):
-        """BERT's inputs (ids, mask, type ids) with the row's outputs and their dynamic axes."""
+def _heads_onnx_config(row: HeadRow) -> type[OnnxConfig]:
+    family_config: type[OnnxConfig] = getattr(model_configs, row.family.onnx_config)
+    inputs = row.family.inputs
+    outputs = row.outputs
+
+    class HeadsOnnxConfig(family_config):  # type: ignore[valid-type,misc]
+        """The family's inputs with the row's outputs and their dynamic axes."""
 
         @property
         def inputs(self) -> dict[str, dict[int, str]]:
-            return OrderedDict((name, {0: BATCH_AXIS, 1: SEQUENCE_AXIS}) for name in INPUT_NAMES)
+            return OrderedDict((name, {0: BATCH_AXIS, 1: SEQUENCE_AXIS}) for name in inputs)
 
         @property
         def outputs(self) -> dict[str, dict[int, str]]:
@@ -135,13 +184,14 @@ def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET)
     Raises:
         ExportError: the graph's inputs or outputs are not the expected ones, or the checker rejects it.
     """
-    module = BertWithHeads(model).eval()
+    module = WithHeads(model).eval()
     expected = module.row.outputs
-    config = _heads_onnx_config(expected)(model.config, task="feature-extraction")
+    config = _heads_onnx_config(module.row)(model.config, task="feature-extraction")
     inputs, outputs = optimum_export(module, config, path, opset=opset)
-    if tuple(inputs) != INPUT_NAMES or tuple(outputs) != expected:
+    if tuple(inputs) != module.row.family.inputs or tuple(outputs) != expected:
         raise ExportError(
-            f"exported graph has inputs {inputs} and outputs {outputs}, expected {INPUT_NAMES} and {expected}"
+            f"exported graph has inputs {inputs} and outputs {outputs}, expected {module.row.family.inputs} and "
+            f"{expected}"
         )
     _check(path, "graph")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertonnx.table import ARCHITECTURES as KINDS
-from bertonnx.table import FAMILIES, Architecture, Family
+from bertonnx.table import FAMILIES, HEADS, Architecture, Family
 
 from .errors import ExportError
 
@@ -43,8 +43,16 @@ HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
 
 
 def head_prefixes(family: Family) -> dict[str, tuple[str, ...]]:
-    """Parameter-name prefixes of each head in ``family``'s classes."""
-    return HEAD_PREFIXES
+    """Parameter-name prefixes of each head in ``family``'s classes (from :meth:`Family.modules`); the pooler's
+    is ``<base>.pooler.`` (``pooler.`` in the base model class)."""
+    if family.model_type == "bert":
+        return HEAD_PREFIXES
+    found = {"pooler": (f"{family.base}.pooler.", "pooler.")}
+    for head in HEADS:
+        paths = family.modules(head)
+        if head != "pooler" and paths:
+            found[head] = tuple(f"{path}." for path in paths)
+    return found
 
 
 #: The parity gate's measures per output, in task terms (recorded in the manifest and the log).
@@ -57,6 +65,7 @@ GATE_MEASURES: dict[str, str] = {
     "start_logits": "start_logits, end_logits max abs on valid tokens; start and end argmax agreement",
     "choice_logits": "choice_logits max abs; choice probabilities error and argmax agreement",
     "mlm_logits": "mlm_logits at [MASK] positions max abs; top-1 and top-5 token agreement",
+    "rtd_logits": "rtd_logits max abs on valid tokens; P(replaced) error and agreement per token",
 }
 
 
@@ -97,13 +106,14 @@ class HeadRow:
 
 
 def _row(family: Family, kind: Architecture) -> HeadRow:
-    heads = tuple(h for h in kind.heads if h != "pooler" or family.pooler)
-    outputs = kind.outputs(pooler=family.pooler)
+    pooler = family.has_pooler(kind.name)
+    heads = tuple(h for h in kind.heads if h != "pooler" or pooler)
+    outputs = kind.outputs(pooler=pooler)
     measures = [GATE_MEASURES[name] for name in outputs if name in GATE_MEASURES]
     if "mlm" in heads:
         measures.append(GATE_MEASURES["mlm_logits"])
     return HeadRow(
-        family.class_name(kind.suffix),
+        family.class_name(kind.name),
         kind.task_name,
         heads,
         outputs,
@@ -119,9 +129,10 @@ ROWS: tuple[HeadRow, ...] = tuple(
     _row(family, KINDS[suffix]) for family in FAMILIES.values() for suffix in family.architectures
 )
 ARCHITECTURES: dict[str, HeadRow] = {row.architecture: row for row in ROWS}
-#: ``--task`` names: each BERT row's task name, and every class name.
+#: ``--task`` names: each task name (BERT's row where BERT has one; the export maps it to the checkpoint's own
+#: family), and every class name.
 TASK_ALIASES: dict[str, HeadRow] = {
-    **{row.task_name: row for row in ROWS if row.family.model_type == "bert"},
+    **{row.task_name: row for row in reversed(ROWS)},
     **{row.architecture: row for row in ROWS},
 }
 

@@ -148,22 +148,27 @@ def _parameter_counts(source: Source) -> dict[str, int]:
     graph's initializers and must find the same): the base model (embeddings, encoder, pooler when the
     architecture has one), the word embeddings, the pooler, each head, and their total."""
     model = source.model
-    bert = model if source.row.architecture == "BertModel" else model.bert
-    bert_model = sum(p.numel() for p in bert.parameters())
-    counts = {"bert_model": bert_model, "token_embeddings": bert.embeddings.word_embeddings.weight.numel()}
-    if bert.pooler is not None:
-        counts["pooler"] = sum(p.numel() for p in bert.pooler.parameters())
-    heads = {
-        "nsp_head": model.cls.seq_relationship if "nsp" in source.row.heads else None,
-        "classifier_head": model.classifier if "classifier" in source.row.heads else None,
-        "token_classifier_head": model.classifier if "token_classifier" in source.row.heads else None,
-        "qa_head": model.qa_outputs if "qa" in source.row.heads else None,
-    }
-    for name, module in heads.items():
-        if module is not None:
-            counts[name] = sum(p.numel() for p in module.parameters())
-    counts["exported_total"] = bert_model + sum(v for k, v in counts.items() if k.endswith("_head"))
+    row = source.row
+    base = model if row.kind.name == "Model" else getattr(model, row.family.base)
+    base_count = sum(p.numel() for p in base.parameters())
+    counts = {"bert_model": base_count, "token_embeddings": base.get_input_embeddings().weight.numel()}
+    pooler = getattr(base, "pooler", None)
+    if pooler is not None:
+        counts["pooler"] = sum(p.numel() for p in pooler.parameters())
+    counted = {"nsp": "nsp_head", "classifier": "classifier_head", "token_classifier": "token_classifier_head"}
+    counted.update(qa="qa_head", choice="choice_head", discriminator="discriminator_head")
+    for head, key in counted.items():
+        if head in row.heads:
+            modules = [_module(model, path) for path in row.family.modules(head)]
+            counts[key] = sum(p.numel() for module in modules for p in module.parameters())
+    counts["exported_total"] = base_count + sum(v for k, v in counts.items() if k.endswith("_head"))
     return counts
+
+
+def _module(model: Any, path: str) -> Any:
+    for name in path.split("."):
+        model = getattr(model, name)
+    return model
 
 
 def _task_block(source: Source, mlm_head: dict[str, Any] | None) -> dict[str, Any]:
@@ -184,20 +189,41 @@ def _task_block(source: Source, mlm_head: dict[str, Any] | None) -> dict[str, An
     }
 
 
+#: Manifest config keys -> the config attributes that hold them, in the order tried (DistilBERT names its
+#: feed-forward width ``hidden_dim`` and its activation ``activation``).
+CONFIG_ATTRIBUTES = {
+    "num_hidden_layers": ("num_hidden_layers",),
+    "num_attention_heads": ("num_attention_heads",),
+    "hidden_size": ("hidden_size",),
+    "intermediate_size": ("intermediate_size", "hidden_dim"),
+    "vocab_size": ("vocab_size",),
+    "type_vocab_size": ("type_vocab_size",),
+    "hidden_act": ("hidden_act", "activation"),
+    "layer_norm_eps": ("layer_norm_eps",),
+}
+
+
 def _config_numbers(source: Source) -> dict[str, Any]:
+    """The architecture numbers: ``max_position_embeddings`` is the tokens an input may have (the runtime's
+    limit), ``position_embeddings`` the embedding rows (written where the family offsets positions: RoBERTa's 514
+    for 512 tokens); ``type_vocab_size`` is 0 for a family whose graph takes no ``token_type_ids``."""
     c = source.model.config
-    return {
-        "model_type": "bert",
-        "num_hidden_layers": c.num_hidden_layers,
-        "num_attention_heads": c.num_attention_heads,
-        "hidden_size": c.hidden_size,
-        "intermediate_size": c.intermediate_size,
-        "vocab_size": c.vocab_size,
-        "max_position_embeddings": c.max_position_embeddings,
-        "type_vocab_size": c.type_vocab_size,
-        "hidden_act": c.hidden_act,
-        "layer_norm_eps": c.layer_norm_eps,
-    }
+    family = source.row.family
+    numbers: dict[str, Any] = {"model_type": family.model_type}
+    for key, names in CONFIG_ATTRIBUTES.items():
+        numbers[key] = next((getattr(c, name) for name in names if getattr(c, name, None) is not None), None)
+    if "token_type_ids" not in family.inputs:
+        numbers["type_vocab_size"] = 0
+    numbers["max_position_embeddings"] = family.usable_positions(c.max_position_embeddings)
+    if family.position_offset:
+        numbers["position_embeddings"] = c.max_position_embeddings
+    return numbers
+
+
+def _mask_token(source: Source) -> str:
+    """The tokenizer's mask token (``[MASK]``, ``<mask>``), for the gate's masked inputs."""
+    token = source.tokenizer.mask_token if source.row.has_mlm else None
+    return str(token) if token else gate.MASK_TOKEN
 
 
 def _weights_note(weights: dict[str, Any]) -> str | None:
@@ -326,7 +352,8 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     if note:
         log(f"[export] NOTE {note}")
     st = sentence.prepare(options.model, options.revision, source, staging)
-    _save_tokenizer(source, staging, config.max_position_embeddings)
+    positions = row.family.usable_positions(config.max_position_embeddings)  # tokens an input may have
+    _save_tokenizer(source, staging, positions)
     config.architectures = [row.architecture]  # the graphs: the encoder with this class's heads
     config.save_pretrained(str(staging))
 
@@ -350,16 +377,24 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         options.tamper(fp32_path)
 
     records: dict[str, dict[str, Any]] = {v: {"file": VARIANT_FILES[v]} for v in ALL_VARIANTS if v in options.variants}
+    unavailable = {"optimized": row.family.no_fusion} if row.family.fusion is None and "optimized" in records else {}
+    for variant, why in unavailable.items():
+        log(f"[export] NOTE the {variant} variant cannot be built for {row.family.model_type}: {why}")
+        del records[variant]
     if "optimized" in records:
         with _step(log, "fuse (onnxruntime transformer optimizer)"):
             fusions = build_optimized(
-                fp32_path, staging / VARIANT_FILES["optimized"], config.num_attention_heads, config.hidden_size
+                fp32_path,
+                staging / VARIANT_FILES["optimized"],
+                config.num_attention_heads,
+                config.hidden_size,
+                row.family.fusion or "bert",
             )
         records["optimized"]["fusions"] = fusions
         log(f"[export] fusions: {fusions}")
     if "int8" in records:
         with _step(log, "quantize (per-row int8)"):
-            calibration = calibration_feeds(staging / TOKENIZER_FILE, config.max_position_embeddings)
+            calibration = calibration_feeds(staging / TOKENIZER_FILE, positions)
             records["int8"]["quantization"] = build_int8(fp32_path, staging / VARIANT_FILES["int8"], calibration)
 
     if "bf16" in records:
@@ -377,7 +412,8 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
     inputs_text = f"{len(gate.GATE_INPUTS)} inputs" + (f" + {masked} with [MASK]" if masked else "")
     problem_type = getattr(config, "problem_type", None)
     with _step(log, f"verify against PyTorch {row.architecture} ({inputs_text} + padded batch)"):
-        cases = gate.build_cases(staging / TOKENIZER_FILE, config.max_position_embeddings, masked=row.has_mlm)
+        mask = _mask_token(source)
+        cases = gate.build_cases(staging / TOKENIZER_FILE, positions, masked=row.has_mlm, mask_token=mask)
         reference = gate.reference_outputs(source.model.eval(), cases)
         failures: list[str] = []
         refused: dict[str, dict[str, Any]] = {}
@@ -470,6 +506,7 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
         },
         "variants": records,
         REFUSED_VARIANTS_KEY: refused,
+        **({"unavailable_variants": unavailable} if unavailable else {}),
         "versions": _versions(),
         "files": file_records,
     }

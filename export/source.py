@@ -20,10 +20,12 @@ from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from transformers import BertConfig, PreTrainedModel, PreTrainedTokenizerFast
+from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerFast
+
+from bertonnx.table import FAMILIES, Family
 
 from .errors import ExportError
-from .heads import ARCHITECTURES, HEAD_PREFIXES, ROWS, HeadRow, row_for, row_for_config
+from .heads import ARCHITECTURES, ROWS, HeadRow, head_prefixes, row_for, row_for_config, rows_of
 from .names import DEFAULT_MODEL, WEIGHT_CHOICES
 
 ASSETS_DIR = Path(__file__).parent / "assets"
@@ -56,8 +58,6 @@ BUILTIN_ARCHITECTURE = "BertForPreTraining"
 #: Heads whose parameters are named ``classifier.`` alike (a sequence, token or multiple-choice classifier): the
 #: weights alone cannot tell them apart.
 CLASSIFIER_HEADS = ("token_classifier", "choice")
-#: Prefix of the base model's parameters in every class but ``BertModel``.
-ENCODER_PREFIX = "bert."
 
 
 @dataclass
@@ -157,7 +157,7 @@ def _weights_file(directory: Path) -> Path | None:
     return None
 
 
-def _read_config(directory: Path) -> BertConfig:
+def _read_config(directory: Path) -> tuple[PretrainedConfig, Family]:
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise ExportError(
@@ -170,12 +170,15 @@ def _read_config(directory: Path) -> BertConfig:
         raw = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ExportError(f"{config_path} is not readable JSON: {exc}") from None
-    if raw.get("model_type") != "bert":
+    family = FAMILIES.get(str(raw.get("model_type")))
+    if family is None:
         raise ExportError(
-            f"{config_path} describes model_type {raw.get('model_type')!r}, not a BERT model; bertonnx "
-            "exports BERT checkpoints (model_type 'bert') only."
+            f"{config_path} describes model_type {raw.get('model_type')!r}, not a BERT model nor another encoder "
+            f"family bertonnx exports ({', '.join(repr(f) for f in FAMILIES)}). Pass a checkpoint of one of them."
         )
-    return BertConfig.from_pretrained(directory)
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(directory), family
 
 
 def _seeded_init(module: torch.nn.Module, seed: int, std: float, only: set[str] | None = None) -> None:
@@ -296,11 +299,11 @@ def _weight_names(path: Path) -> list[str]:
     return list(state)
 
 
-def _head_kinds(names: list[str]) -> set[str]:
+def _head_kinds(names: list[str], family: Family) -> set[str]:
     """Heads whose parameters appear in ``names`` (``classifier`` stands for a sequence or token classifier:
     the two have the same parameter names)."""
     found = set()
-    for head, prefixes in HEAD_PREFIXES.items():
+    for head, prefixes in head_prefixes(family).items():
         if any(name.startswith(prefixes) for name in names):
             found.add("classifier" if head in CLASSIFIER_HEADS else head)
     return found
@@ -310,20 +313,22 @@ def _row_kinds(row: HeadRow) -> set[str]:
     return {"classifier" if h in CLASSIFIER_HEADS else h for h in row.heads}
 
 
-def _choose_row(directory: Path, config: BertConfig, weights_file: Path | None, forced: HeadRow | None) -> HeadRow:
+def _choose_row(
+    directory: Path, config: PretrainedConfig, family: Family, weights_file: Path | None, forced: HeadRow | None
+) -> HeadRow:
     """The row to export: ``forced``, else ``config.architectures``, widened to the one row that holds every
     head the weights have (bert-base-uncased's config says BertForMaskedLM, its weights hold the pre-training
     heads). Weights with a head no such row explains are refused, never silently dropped."""
     if forced is not None:
         return forced
-    row = row_for_config(getattr(config, "architectures", None), f"{directory / 'config.json'}")
+    row = row_for_config(getattr(config, "architectures", None), f"{directory / 'config.json'}", family)
     if weights_file is None:
         return row
-    held = _head_kinds(_weight_names(weights_file))
+    held = _head_kinds(_weight_names(weights_file), family)
     extra = held - _row_kinds(row)
     if not extra:
         return row
-    wider = [r for r in ROWS if _row_kinds(r) == held]
+    wider = [r for r in ROWS if r.family is family and _row_kinds(r) == held]
     if len(wider) == 1 and not extra & {"classifier", "qa"}:
         return wider[0]
     if extra == {"pooler"}:  # an unused pooler (some MLM checkpoints keep one): noted when loading
@@ -349,7 +354,15 @@ def _from_directory(
 ) -> Source:
     import transformers
 
-    config = _read_config(directory)
+    config, family = _read_config(directory)
+    if forced is not None and forced.family is not family:
+        same = rows_of(family).get(forced.task_name)
+        if same is None or not by_task:
+            raise ExportError(
+                f"{directory} is a {family.model_type!r} checkpoint; --task {forced.architecture} names a class of "
+                f"another family. Pass a task name or one of {', '.join(rows_of(family))}"
+            )
+        forced = same
     tokenizer = _tokenizer_for(directory)
     std = float(getattr(config, "initializer_range", INIT_STD_FALLBACK))
     weights_file = _weights_file(directory) if weights != "random" else None
@@ -358,7 +371,7 @@ def _from_directory(
             f"{directory} has no weights (model.safetensors or pytorch_model.bin). Pass a directory with "
             f"weights, or export the architecture with seeded weights: `--weights random`."
         )
-    row = _choose_row(directory, config, weights_file, forced)
+    row = _choose_row(directory, config, family, weights_file, forced)
     notes = []
     declared = list(getattr(config, "architectures", None) or [])
     if declared and row.architecture not in declared:
@@ -379,16 +392,13 @@ def _from_directory(
     try:
         net, info = model_class.from_pretrained(directory, output_loading_info=True)
     except Exception as exc:  # noqa: BLE001 - one clear message for any unreadable checkpoint
-        raise ExportError(f"cannot load BERT weights from {weights_file}: {exc}") from None
+        raise ExportError(f"cannot load {row.architecture} weights from {weights_file}: {exc}") from None
     missing = sorted(info["missing_keys"])
-    base = ENCODER_PREFIX if row.architecture != "BertModel" else ""
+    base = f"{family.base}." if row.kind.name != "Model" else ""
     pooler_prefix = f"{base}pooler."
+    prefixes = head_prefixes(family)
     head_keys = {
-        head: [
-            k
-            for k in missing
-            if k.startswith(HEAD_PREFIXES[head]) and (head == "pooler") == k.startswith(pooler_prefix)
-        ]
+        head: [k for k in missing if k.startswith(prefixes[head]) and (head == "pooler") == k.startswith(pooler_prefix)]
         for head in row.heads
     }
     encoder_missing = [k for k in missing if k.startswith(base) and not k.startswith(pooler_prefix)]
@@ -396,7 +406,7 @@ def _from_directory(
     if encoder_missing:
         raise ExportError(
             f"{weights_file} lacks encoder weights ({', '.join(encoder_missing[:3])} ...); it is not a "
-            "complete BERT checkpoint."
+            f"complete {row.family.prefix} checkpoint."
         )
     random_heads = [head for head in row.heads if head_keys[head]]
     if random_heads and not allow_random_heads:
@@ -410,7 +420,7 @@ def _from_directory(
         )
     for offset, head in enumerate(random_heads, start=1):
         _seeded_init(net, seed + offset, std, only=set(head_keys[head]))
-    dropped = sorted(_head_kinds(list(info["unexpected_keys"])) - _row_kinds(row))
+    dropped = sorted(_head_kinds(list(info["unexpected_keys"]), family) - _row_kinds(row))
     if dropped:
         why = f"--task {row.task_name}" if forced is not None else f"{row.architecture} has no such head"
         notes.append(f"the checkpoint's {', '.join(dropped)} weights are not exported ({why})")

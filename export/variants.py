@@ -75,8 +75,13 @@ CALIBRATION_TEXTS = (
 )
 
 
-def build_optimized(source: Path, target: Path, num_heads: int, hidden_size: int) -> dict[str, int]:
+def build_optimized(
+    source: Path, target: Path, num_heads: int, hidden_size: int, model_type: str = "bert"
+) -> dict[str, int]:
     """Write the transformer-fused graph of ``source`` to ``target``.
+
+    Args:
+        model_type: onnxruntime's optimizer model type for the family (:attr:`bertonnx.table.Family.fusion`).
 
     Returns:
         Fused-operator counts (only those found).
@@ -87,10 +92,10 @@ def build_optimized(source: Path, target: Path, num_heads: int, hidden_size: int
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    options = FusionOptions("bert")
+    options = FusionOptions(model_type)
     optimized = optimize_model(
         str(source),
-        model_type="bert",
+        model_type=model_type,
         num_heads=num_heads,
         hidden_size=hidden_size,
         optimization_options=options,
@@ -138,8 +143,9 @@ def _channel_peaks(model: Any, names: list[str], feeds: list[dict[str, np.ndarra
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
     peaks: dict[str, np.ndarray] = {}
+    inputs = [i.name for i in session.get_inputs()]
     for feed in feeds:
-        for name, value in zip(names, session.run(names, feed), strict=True):
+        for name, value in zip(names, session.run(names, {k: feed[k] for k in inputs}), strict=True):
             current = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
             peaks[name] = np.maximum(peaks[name], current) if name in peaks else current
     return peaks
@@ -241,6 +247,14 @@ def per_row_int8(
                     / np.maximum(w_peak, SMOOTH_EPS) ** (1 - smooth_alpha)
                 ).astype(np.float32)
             unsigned = unsigned_gelu and _is_gelu_output(x, producers)
+            if unsigned and x in peaks:
+                # The shift GELU_SHIFT / s of a channel that is (almost) never positive (a dead FFN unit: peak ~0,
+                # so s ~0) would dwarf every other channel of the row and leave them no resolution (real MPNet:
+                # hidden cosine 0.31). Such channels are smoothed by the range that is quantized, peak + shift.
+                top = float(np.max(peaks[x] / smooth))
+                dead = GELU_SHIFT / smooth > top
+                shifted = (peaks[x] + GELU_SHIFT) ** smooth_alpha / np.maximum(w_peak, SMOOTH_EPS) ** (1 - smooth_alpha)
+                smooth = np.where(dead, shifted, smooth).astype(np.float32)
             p = f"{x}_int8"
             source, shift = x, None
             if x in peaks:
