@@ -4,11 +4,15 @@ A ``tokenizer.json`` may carry padding and truncation settings (the MiniLM one p
 the ``tokenizers`` library applies them silently. We clear both on load, pad in :mod:`bertonnx.batching`,
 and truncate only when the caller asks.
 
-Pairs are truncated here, not by ``tokenizers``: its ``longest_first`` gives the odd token of an odd budget
-to the second sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
-transformers' Python ``BertTokenizer`` give it to the first (how often that differs: benchmarks/DEFAULTS.md,
-"Pair truncation by BERT's rule"). We encode both sequences without special tokens, cut them with BERT's rule and
-add ``[CLS]``/``[SEP]`` with the file's own post-processor.
+Pairs are truncated here, not by ``tokenizers`` (whose truncation keeps every cut-off window, below), but by
+its own ``longest_first`` rule, which transformers' fast tokenizers and so its pipelines apply
+(:func:`pair_truncation_lengths`): the longer side is cut first, and when both must be cut the shorter keeps
+half the budget and the longer the rest (the odd token of an odd budget goes to the longer side, to the
+second on a tie; BERT's original ``_truncate_seq_pair`` gives it to the first, see benchmarks/DEFAULTS.md,
+"Pair truncation by the fast tokenizer's rule"). We encode both sequences without special tokens, cut them
+and add ``[CLS]``/``[SEP]`` with the file's own post-processor. An exactly empty second text is no pair:
+the input is encoded as its first text alone, as the fast tokenizer does for ``text_pair=""`` (and so the
+pipelines): ``[CLS] a [SEP]``, not ``[CLS] a [SEP] [SEP]``.
 
 Truncation costs time and memory in proportion to the tokens kept, not to the text. ``tokenizers`` keeps
 every cut-off window of a truncated encoding as an "overflowing" encoding, and its post-processor pairs
@@ -95,11 +99,15 @@ def clean_text(text: str) -> str:
 
 
 def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
-    """Tokens kept of each sequence of a pair, as BERT's ``_truncate_seq_pair`` keeps them.
+    """Tokens kept of each sequence of a pair, as the fast tokenizer's ``longest_first`` keeps them.
 
-    That loop drops one token at a time from the longer sequence, from the second one on a tie, until the
-    pair fits ``budget`` (``max_length`` minus the three special tokens). The result is the same when each
-    length is capped at ``budget + 1``, so a sequence need not be tokenized past that.
+    ``tokenizers`` (``TruncationStrategy::LongestFirst``) keeps a pair that fits ``budget`` (``max_length``
+    minus the three special tokens) whole; else, when the shorter sequence fits half the budget, it keeps the
+    shorter whole and cuts the longer to the rest; else it gives the shorter ``budget // 2`` tokens and the
+    longer ``budget - budget // 2`` (the second is the longer on a tie). Capping both lengths at
+    ``budget + 1`` changes the result only when both reach the cap and the first is the longer (the odd
+    token changes sides), so a caller that tokenizes no further than that must compare the two lengths
+    whenever both reach it.
 
     Args:
         first: tokens of the first sequence (no special tokens).
@@ -113,7 +121,15 @@ def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, 
         return first, second
     if 2 * min(first, second) <= budget:  # the shorter one survives whole
         return (first, budget - first) if first <= second else (budget - second, second)
-    return (budget + 1) // 2, budget // 2
+    if first > second:
+        return budget - budget // 2, budget // 2
+    return budget // 2, budget - budget // 2
+
+
+def _input(text: str, pair: str | None) -> str | tuple[str, str]:
+    """What ``tokenizers`` encodes for one input: the pair, or the text alone when the pair is absent or exactly
+    empty (the fast tokenizer drops ``text_pair=""``)."""
+    return text if not pair else (text, pair)
 
 
 def _cut(encoding: Encoding, keep: int) -> None:
@@ -183,16 +199,17 @@ class TextTokenizer:
 
         Without truncation each text is tokenized whole. With it, only a prefix of each text is tokenized:
         ``PREFIX_CHARS_PER_TOKEN`` (8) characters per token that can be kept (``max_length - 2`` for a
-        text, ``max_length - 2`` for each side of a pair, since BERT's pair rule needs to know whether a
+        text, ``max_length - 2`` for each side of a pair, since ``longest_first`` needs to know whether a
         side is longer than the whole budget), doubled until the prefix holds that many complete tokens or
         is the whole text. The ids are exactly those of tokenizing the whole text and cutting it; the work
         is proportional to the tokens kept, and about twice the text at most for texts that give few tokens
-        per character (whitespace, control characters). Unlike a cut at a fixed number of characters (TEI cuts
+        per character (whitespace, control characters); when both sides of a pair are longer than the budget,
+        the shorter side is tokenized to its end to learn which side keeps the odd token. Unlike a cut at a fixed number of characters (TEI cuts
         at 250 per token), this never changes the result.
 
         Args:
             texts: first sequences.
-            pairs: second sequences, one per text, or ``None``.
+            pairs: second sequences, one per text, or ``None``; an empty one makes its input a single text.
             truncation: cut inputs longer than ``max_length`` (longest first for pairs) instead of raising.
             max_length: token limit including special tokens; ``None``: no limit (only without truncation;
                 the caller judges each input's length, as a corpus job does per row).
@@ -219,7 +236,7 @@ class TextTokenizer:
             return self._encode_truncated(texts, cleaned_pairs, max_length)
         if max_length is not None:
             return self._encode_within(texts, cleaned_pairs, max_length, first_index)
-        batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
+        batch = texts if cleaned_pairs is None else [_input(*item) for item in zip(texts, cleaned_pairs, strict=True)]
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
         return encodings
 
@@ -237,7 +254,7 @@ class TextTokenizer:
         Raises:
             InputTooLongError: the first input over ``max_length``.
         """
-        encodings = self._encode_truncated(texts, pairs, max_length + 1)
+        encodings = self._encode_truncated(texts, pairs, max_length + 1, exact=False)
         for offset, encoding in enumerate(encodings):
             if len(encoding) <= max_length:
                 continue
@@ -245,49 +262,68 @@ class TextTokenizer:
             length = None
             if chars <= EXACT_COUNT_CHARS:
                 whole = self._base.encode_batch(
-                    [texts[offset] if pairs is None else (texts[offset], pairs[offset])], add_special_tokens=True
+                    [_input(texts[offset], None if pairs is None else pairs[offset])], add_special_tokens=True
                 )
                 length = len(whole[0])
             raise InputTooLongError(first_index + offset, length, max_length)
         return encodings
 
-    def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:
-        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first by BERT's rule.
+    def _encode_truncated(
+        self, texts: list[str], pairs: list[str] | None, max_length: int, *, exact: bool = True
+    ) -> list[Encoding]:
+        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first
+        (:func:`pair_truncation_lengths`); a pair whose second text is empty is its first text alone.
 
         Inputs short enough in characters are first encoded whole in one batch (most inputs fit and are
-        done); the others are cut from the leading tokens of each side.
+        done); the others are cut from the leading tokens of each side. ``exact=False`` skips comparing the
+        lengths of two sides that both exceed the budget (which side keeps the odd token), for a caller that
+        only asks whether an input fits.
         """
-        if pairs is None:
-            budget = max_length - SPECIAL_TOKENS_SINGLE
-            if budget < 0:
-                raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
-        else:
-            budget = max_length - SPECIAL_TOKENS_PAIR
-            if budget <= 0:
-                raise ValueError(
-                    f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
-                )
+        paired = [i for i in range(len(texts)) if pairs is not None and pairs[i]]
+        budget = max_length - SPECIAL_TOKENS_SINGLE
+        if budget < 0:
+            raise ValueError(f"max_length={max_length} leaves no room for [CLS] and [SEP]; use max_length >= 2")
+        pair_budget = max_length - SPECIAL_TOKENS_PAIR
+        if paired and pair_budget <= 0:
+            raise ValueError(
+                f"max_length={max_length} leaves no room for a pair; use max_length > {SPECIAL_TOKENS_PAIR}"
+            )
+        second = [pairs[i] if pairs is not None else "" for i in range(len(texts))]
         found: list[Encoding | None] = [None] * len(texts)
         limit = PREFIX_CHARS_PER_TOKEN * max_length
-        short = [i for i in range(len(texts)) if len(texts[i]) + (len(pairs[i]) if pairs else 0) <= limit]
-        batch = [texts[i] if pairs is None else (texts[i], pairs[i]) for i in short]
+        short = [i for i in range(len(texts)) if len(texts[i]) + len(second[i]) <= limit]
+        batch = [_input(texts[i], second[i]) for i in short]
         for i, encoding in zip(short, self._base.encode_batch(batch, add_special_tokens=True), strict=True):
             if len(encoding) <= max_length:
                 found[i] = encoding
+        cut = [i for i, encoding in enumerate(found) if encoding is None and not second[i]]
+        for i, (encoding, known) in zip(cut, self._leading_tokens([texts[i] for i in cut], budget), strict=True):
+            _cut(encoding, known)
+            found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
         cut = [i for i, encoding in enumerate(found) if encoding is None]
-        if pairs is None:
-            for i, (encoding, known) in zip(cut, self._leading_tokens([texts[i] for i in cut], budget), strict=True):
-                _cut(encoding, known)
-                found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
-        else:
-            firsts = self._leading_tokens([texts[i] for i in cut], budget + 1)
-            seconds = self._leading_tokens([pairs[i] for i in cut], budget + 1)
-            for i, (first, first_known), (second, second_known) in zip(cut, firsts, seconds, strict=True):
-                keep_first, keep_second = pair_truncation_lengths(first_known, second_known, budget)
-                _cut(first, keep_first)
-                _cut(second, keep_second)
-                found[i] = self._base.post_process(first, second, add_special_tokens=True)
+        firsts = self._leading_tokens([texts[i] for i in cut], pair_budget + 1)
+        seconds = self._leading_tokens([second[i] for i in cut], pair_budget + 1)
+        for i, (first, first_known), (other, second_known) in zip(cut, firsts, seconds, strict=True):
+            if exact and first_known == second_known == pair_budget + 1:
+                # Both reach the cap: the odd token goes to the longer side, so find which one is.
+                first_known += self._first_is_longer(texts[i], second[i], pair_budget + 1)
+            keep_first, keep_second = pair_truncation_lengths(first_known, second_known, pair_budget)
+            _cut(first, keep_first)
+            _cut(other, keep_second)
+            found[i] = self._base.post_process(first, other, add_special_tokens=True)
         return [encoding for encoding in found if encoding is not None]
+
+    def _first_is_longer(self, first: str, second: str, need: int) -> bool:
+        """Whether ``first`` has more tokens than ``second``, both known to have at least ``need``.
+
+        Both are tokenized by prefixes for twice as many tokens at a time until one of them ends, so the cost
+        follows the shorter text, not the longer.
+        """
+        while True:
+            need *= 2
+            (_, first_known), (_, second_known) = self._leading_tokens([first, second], need)
+            if first_known < need or second_known < need:
+                return first_known > second_known
 
     def _leading_tokens(self, texts: list[str], need: int) -> list[tuple[Encoding, int]]:
         """For each text, an encoding without special tokens whose first ``known`` tokens are those of the
