@@ -360,10 +360,22 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fill_mask_arguments(parser: ArgumentParser) -> None:
+    _texts_arguments(parser, top_k=5)
+    parser.add_argument(
+        "--target",
+        action="append",
+        metavar="TOKEN",
+        help="only this token as a candidate (repeatable), as the fill-mask pipeline's targets",
+    )
+
+
 def cmd_fill_mask(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
     model = _load(args)
-    fills = _head_call(args, lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation))
+    fills = _head_call(
+        args, lambda: model.fill_mask(texts, top_k=args.top_k, truncation=args.truncation, targets=args.target)
+    )
     _banner_to_stderr(args, model)
     payload = {
         "variant": model.variant,
@@ -495,7 +507,7 @@ COMMANDS: dict[str, Command | str] = {
     "fill-mask": Command(
         "fill-mask",
         "the MLM head's top tokens for each [MASK] of each TEXT",
-        lambda parser: _texts_arguments(parser, top_k=5),
+        lambda parser: _fill_mask_arguments(parser),
         cmd_fill_mask,
         epilog=TEXTS_EPILOG,
     ),

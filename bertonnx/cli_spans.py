@@ -15,7 +15,7 @@ from .cli import _add_model_args, _load, _random_banner
 from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error, non_negative_int, positive_int
 from .files import read_lines, read_text
 from .model import DEFAULT_BATCH_SIZE
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
+from .tasks.answer import DEFAULT_MAX_ANSWER_LEN
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
 
 __all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
@@ -117,8 +117,8 @@ def _answer_arguments(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--doc-stride",
         type=non_negative_int,
-        default=DEFAULT_DOC_STRIDE,
-        help=f"context tokens shared by consecutive windows (default {DEFAULT_DOC_STRIDE})",
+        default=None,
+        help="context tokens shared by consecutive windows (default: min(max-seq-len / 2, 128), as the pipeline)",
     )
     parser.add_argument("--max-seq-len", type=positive_int, default=None, help="tokens per window (default 384)")
     parser.add_argument(
