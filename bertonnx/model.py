@@ -8,10 +8,7 @@ infer request, and no call mutates shared state.
 
 from __future__ import annotations
 
-import json
-import warnings
-from collections.abc import Collection, Iterable, Iterator, Sequence
-from functools import cached_property
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -26,31 +23,26 @@ from .batching import (
     BatchLimits,
     iter_chunks,
 )
-from .errors import HeadMissingError, ModelDirectoryError, RandomWeightsWarning
+from .errors import HeadMissingError
 from .inputs import as_texts, checked_texts, text_list
+from .loading import VERIFY_MODES, clean_up_spaces, open_graph, open_mlm_head, runtime_options, warn_if_random
 from .manifest import (
-    INPUT_NAMES,
     ONNXRUNTIME_BACKEND,
     OUTPUT_NAMES,
     TOKENIZER_FILE,
-    VARIANT_BACKENDS,
-    VARIANT_FILES,
     Manifest,
     read_manifest,
 )
 from .options import RuntimeOptions
 from .outputs import BertOutput, Tokenized
-from .session import build_session, open_variant_session, release_freed_memory, run_options
+from .session import release_freed_memory, run_options
+from .span_methods import SpanMethods
 from .tasks import DEFAULT_POOLING, POOLING_MODES, Graph, make_task
-from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int, encoder_for
-from .tasks.choose import Choice
 from .tasks.classify import LabelScore, RankedIndex
-from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
+from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill, Targets
 from .tasks.graph import assemble
-from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
 from .tokenizer import TextTokenizer
-from .windows import Windowing
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -70,26 +62,9 @@ __all__ = [
 DEFAULT_VARIANT = "fp32"
 #: Inputs per ``session.run`` at most; the token budget (``max_batch_tokens``) usually binds first.
 DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
-#: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
-#: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
-VERIFY_MODES = ("size", "sha256")
-#: The token ``fill_mask`` predicts.
-MASK_TOKEN = "[MASK]"
 
 
-def _clean_up_spaces(manifest: Manifest) -> bool:
-    """transformers' ``clean_up_tokenization_spaces`` from the export's ``tokenizer_config.json`` (BERT: True)."""
-    record = manifest.files.get("tokenizer_config.json")
-    if record is None:
-        return True
-    try:
-        config = json.loads((manifest.directory / record.name).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return True
-    return bool(config.get("clean_up_tokenization_spaces", True)) if isinstance(config, dict) else True
-
-
-class BertOnnx:
+class BertOnnx(SpanMethods):
     """BERT encoder, pooler and next-sentence head from a ``bertonnx export`` directory, on onnxruntime
     (or on OpenVINO for the ``bf16`` variant).
 
@@ -130,80 +105,36 @@ class BertOnnx:
             RandomWeightsWarning: the export holds seeded random weights or random heads (its manifest
                 says so), so its outputs are not a trained model's.
         """
-        if not isinstance(variant, str):
-            raise TypeError(f"variant must be a str, got {type(variant).__name__}")
-        if verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {', '.join(VERIFY_MODES)}, got {verify!r}")
-        if options is not None and not isinstance(options, RuntimeOptions):
-            raise TypeError(f"options must be a bertonnx.RuntimeOptions, got {type(options).__name__}")
-        options = options or RuntimeOptions()
-        if threads is not None:
-            options = RuntimeOptions(**{**options.__dict__, "threads": threads})
+        options = runtime_options(variant, verify, options, threads)
         manifest = read_manifest(model_dir)
-        if variant not in VARIANT_FILES:
-            raise ValueError(f"unknown variant {variant!r}; expected one of {', '.join(VARIANT_FILES)}")
-        manifest.require_variant(variant)
-        model_path, *_ = [
-            manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256")
-            for name in manifest.variant_files(variant)
-        ]
-        tokenizer_path = manifest.record(TOKENIZER_FILE).verify(manifest.directory, check_hash=True)
-
+        graph = open_graph(manifest, variant, options, verify=verify)
         self.manifest: Manifest = manifest
         self.variant = variant
         self.options = options
-        self.model_path = model_path
+        self.model_path = graph.path
         self.hidden_size = manifest.hidden_size
         self.max_length = manifest.max_position_embeddings
-        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=_clean_up_spaces(manifest))
+        tokenizer_path = manifest.record(TOKENIZER_FILE).verify(manifest.directory, check_hash=True)
+        self.tokenizer = TextTokenizer(tokenizer_path, self.max_length, clean_up_spaces=clean_up_spaces(manifest))
         #: The engine running the graph: ``onnxruntime``, or ``openvino`` for the ``bf16`` variant.
-        self.backend: str = manifest.data["variants"][variant].get("backend", VARIANT_BACKENDS[variant])
-        if self.backend != VARIANT_BACKENDS[variant]:
-            raise ModelDirectoryError(
-                f"{manifest.directory}: variant {variant!r} names backend {self.backend!r}, but this bertonnx "
-                f"runs it on {VARIANT_BACKENDS[variant]}. Upgrade bertonnx or re-export."
-            )
-        self.session: ort.InferenceSession | OpenVinoSession = open_variant_session(model_path, variant, options)
+        self.backend: str = graph.backend
+        self.session: ort.InferenceSession | OpenVinoSession = graph.session
         #: The precision of the matrix products: ``f32``, ``int8``, or ``bf16`` (which needs a CPU with
         #: AVX512-BF16 or AMX; OpenVINO computes in ``f32`` elsewhere, and this then says ``f32``).
-        self.precision: str = getattr(self.session, "inference_precision", "int8" if variant == "int8" else "f32")
+        self.precision: str = graph.precision
         self._run_options = run_options(options) if self.backend == ONNXRUNTIME_BACKEND else None
-        self._input_names = [i.name for i in self.session.get_inputs()]
-        output_names = [o.name for o in self.session.get_outputs()]
-        self._output_names = tuple(output_names)
-        if "input_ids" not in self._input_names or set(self._input_names) - set(INPUT_NAMES):
-            raise ModelDirectoryError(f"{model_path} takes inputs {self._input_names}; expected {list(INPUT_NAMES)}")
-        if set(manifest.graph_outputs) - set(output_names):
-            raise ModelDirectoryError(
-                f"{model_path} gives outputs {output_names}; its manifest expects {list(manifest.graph_outputs)}"
-            )
+        self._input_names = list(graph.input_names)
+        self._output_names = graph.output_names
         #: The outputs of ``OUTPUT_NAMES`` this export's graph gives (a ``BertModel`` export has no NSP head).
-        self._outputs = tuple(name for name in OUTPUT_NAMES if name in output_names)
+        self._outputs = tuple(name for name in OUTPUT_NAMES if name in graph.output_names)
         #: Runtime tasks this export offers (``graph``, the raw outputs, is always offered too).
         self.tasks: tuple[str, ...] = manifest.tasks
-        self._mlm_session: ort.InferenceSession | None = None
+        head = open_mlm_head(manifest, self.tokenizer, options, verify=verify)
+        self._mlm_session = head.session if head is not None else None
+        self._mlm_names = head.names if head is not None else ("", "")
         #: The id of the token ``fill_mask`` predicts, when the export has an MLM head (else ``None``).
-        self.mask_token_id: int | None = None
-        mlm = manifest.mlm_head
-        if mlm is not None and "fill_mask" in self.tasks:
-            head_path, *_ = [
-                manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256") for name in mlm.files
-            ]
-            self._mlm_session = build_session(head_path, options)
-            self._mlm_names = (mlm.input, mlm.output)
-            self.mask_token_id = self.tokenizer.token_to_id(MASK_TOKEN)
-            if self.mask_token_id is None:
-                raise ModelDirectoryError(
-                    f"{tokenizer_path} has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
-                )
-        if manifest.random_weights:
-            note = manifest.weights.get("note") or "some of its weights were seeded, not trained"
-            warnings.warn(
-                f"{manifest.directory} holds random weights: {note} Export pretrained weights for real use; "
-                "warnings.simplefilter('ignore', bertonnx.RandomWeightsWarning) silences this.",
-                RandomWeightsWarning,
-                stacklevel=2,
-            )
+        self.mask_token_id: int | None = head.mask_token_id if head is not None else None
+        warn_if_random(manifest)
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -611,26 +542,16 @@ class BertOnnx:
 
     @overload
     def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, *, top_k: int = ..., truncation: bool = ..., targets: str | list[str] | None = ...
+        self, texts: str, *, top_k: int = ..., truncation: bool = ..., targets: Targets = ...
     ) -> list[list[MaskFill]]: ...
 
     @overload
     def fill_mask(
-        self,
-        texts: Iterable[str],
-        *,
-        top_k: int = ...,
-        truncation: bool = ...,
-        targets: str | list[str] | None = ...,
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ..., targets: Targets = ...
     ) -> list[list[list[MaskFill]]]: ...
 
     def fill_mask(
-        self,
-        texts: str | Iterable[str],
-        *,
-        top_k: int = DEFAULT_TOP_K,
-        truncation: bool = False,
-        targets: str | list[str] | None = None,
+        self, texts: Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False, targets: Targets = None
     ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
         """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
         scores and fields).
@@ -642,9 +563,7 @@ class BertOnnx:
             texts: a string or an iterable of strings, each with at least one ``[MASK]``.
             top_k: candidates per mask.
             truncation: cut texts longer than the model's positions instead of raising.
-            targets: only these tokens are candidates (scored in the softmax over the whole vocabulary), as
-                the pipeline's ``targets``; one outside the vocabulary stands for its first token (with a
-                warning), one giving no token is ignored; ``top_k`` is capped at their number.
+            targets: the only candidate tokens, as the pipeline's (:func:`~bertonnx.tasks.fill_mask.target_ids`).
 
         Returns:
             For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
@@ -679,226 +598,3 @@ class BertOnnx:
             max_length=encoder_for(self, truncation, max_length).max_length,
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))
-
-    # -- token classification, question answering, multiple choice (bertonnx.tasks) ---------------------
-
-    @cached_property
-    def windowing(self) -> Windowing:
-        """Cuts long inputs into the windows transformers' pipelines cut them into (:mod:`bertonnx.windows`)."""
-        return Windowing.from_file(self.tokenizer_path)
-
-    @cached_property
-    def token_strings(self) -> TokenStrings:
-        """The tokenizer's token strings and decoding, for entity words."""
-        return TokenStrings(self.windowing.tokenizer)
-
-    @property
-    def qa_window(self) -> int:
-        """Tokens per question-answering window by default: ``min(384, model positions)``, as the pipeline."""
-        return min(DEFAULT_MAX_SEQ_LEN, self.max_length)
-
-    @property
-    def tokenizer_path(self) -> Path:
-        """The export's ``tokenizer.json``."""
-        return self.manifest.directory / TOKENIZER_FILE
-
-    @overload
-    def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self,
-        texts: str,
-        aggregation_strategy: str = ...,
-        ignore_labels: Collection[str] = ...,
-        stride: int | None = ...,
-        *,
-        batch_size: int = ...,
-        max_batch_tokens: int = ...,
-    ) -> list[dict[str, Any]]: ...
-
-    @overload
-    def tag(
-        self,
-        texts: Iterable[str],
-        aggregation_strategy: str = ...,
-        ignore_labels: Collection[str] = ...,
-        stride: int | None = ...,
-        *,
-        batch_size: int = ...,
-        max_batch_tokens: int = ...,
-    ) -> list[list[dict[str, Any]]]: ...
-
-    def tag(
-        self,
-        texts: str | Iterable[str],
-        aggregation_strategy: str = "simple",
-        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
-        stride: int | None = None,
-        *,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
-        """Named entities (or any token labels) of each text, as ``pipeline("token-classification")`` gives them.
-
-        The windows of every text are batched together by the token budget; a text longer than the model's
-        positions (512) is cut into windows sharing ``stride`` tokens and their entities merged as the
-        pipeline merges them. See :mod:`bertonnx.tasks.tag` for the steps.
-
-        Args:
-            texts: a string, or an iterable of strings (read 512 at a time).
-            aggregation_strategy: ``none`` (one answer per token), ``simple`` (B-/I- tags grouped),
-                ``first``, ``average`` or ``max`` (one label per word, then grouped).
-            ignore_labels: labels left out (default ``("O",)``; ``()`` keeps every token).
-            stride: tokens shared by consecutive windows of a long text (``0 <= stride < 510``); ``None``
-                refuses texts longer than the model's positions.
-            batch_size: windows per ``session.run`` at most.
-            max_batch_tokens: padded tokens per ``session.run`` at most.
-
-        Returns:
-            For one string, its list of entities; for an iterable, one list per text. With ``none`` each
-            entity is ``{"entity", "score", "index", "word", "start", "end"}``, else ``{"entity_group",
-            "score", "word", "start", "end"}``; ``start``/``end`` are character offsets into the text
-            (``text[start:end]`` is the entity as written), ``score`` a float probability.
-
-        Raises:
-            HeadMissingError: the export has no token-classification head.
-            TypeError: a text is not a string, ``ignore_labels`` is a single string, or an option has the
-                wrong type.
-            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
-                longer than the model's positions without ``stride``.
-        """
-        task = self.task("tag", aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels, stride=stride)
-        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
-        return found[0] if isinstance(texts, str) else found
-
-    def answer(
-        self,
-        question: str | Iterable[str],
-        context: str | Iterable[str],
-        top_k: int = 1,
-        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-        doc_stride: int | None = None,
-        handle_impossible_answer: bool = False,
-        *,
-        max_seq_len: int | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
-    ) -> Any:
-        """Extractive answers, as ``pipeline("question-answering")`` finds them.
-
-        Each question is paired with its context in windows of ``max_seq_len`` tokens (the whole question
-        and a slice of the context, consecutive slices sharing ``doc_stride`` tokens); the windows of every
-        question are batched together by the token budget, and the best spans over a question's windows
-        win. See :mod:`bertonnx.tasks.answer` for the steps.
-
-        Args:
-            question: a question, or an iterable of questions.
-            context: the context of every question (a string), or one context per question.
-            top_k: answers per question (fewer when the context holds fewer).
-            max_answer_len: longest answer in tokens.
-            doc_stride: context tokens shared by consecutive windows of a long context; default
-                ``min(max_seq_len // 2, 128)`` as the pipeline (128 for windows of 256 tokens or more).
-            handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
-                scored as the model scores ``[CLS]``.
-            max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.
-            batch_size: windows per ``session.run`` at most.
-            max_batch_tokens: padded tokens per ``session.run`` at most.
-
-        Returns:
-            Per question ``{"score": float, "start": int, "end": int, "answer": str}`` when ``top_k == 1``,
-            else a list of up to ``top_k`` of them, best first; ``answer == context[start:end]``. For one
-            question string that answer itself, for an iterable of questions a list of answers.
-
-        Raises:
-            HeadMissingError: the export has no question-answering head.
-            TypeError: a question or context is not a string, a list of contexts comes with one question
-                string, or an option has the wrong type.
-            ValueError: questions and contexts differ in number; an empty question or context, or one made
-                only of whitespace or control characters; a question leaving no room for context in a
-                window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
-                ``max_answer_len`` < 1; ``max_seq_len`` out of range.
-        """
-        task = self.task(
-            "answer",
-            top_k=top_k,
-            max_answer_len=max_answer_len,
-            doc_stride=doc_stride,
-            handle_impossible_answer=handle_impossible_answer,
-            max_seq_len=max_seq_len,
-        )
-        single = isinstance(question, str)
-        questions = text_list(question, "question")
-        if isinstance(context, str):
-            contexts = [context] * len(questions)
-        elif single:
-            raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
-        else:
-            contexts = text_list(context, "context")
-        if len(questions) != len(contexts):
-            raise ValueError(
-                f"questions and contexts differ in length ({len(questions)} vs {len(contexts)}); pass one "
-                "context per question, or one context for all"
-            )
-        found = self.run_task(
-            task, questions, contexts, batch_size=batch_size, max_batch_tokens=max_batch_tokens, name="question"
-        )
-        return found[0] if single else found
-
-    @overload
-    def choose(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, context: str, choices: Sequence[str], *, truncation: bool = ...
-    ) -> Choice: ...
-
-    @overload
-    def choose(
-        self, context: Iterable[str], choices: Iterable[Sequence[str]], *, truncation: bool = ...
-    ) -> list[Choice]: ...
-
-    def choose(
-        self,
-        context: str | Iterable[str],
-        choices: Sequence[str] | Iterable[Sequence[str]],
-        *,
-        truncation: bool = False,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> Choice | list[Choice]:
-        """The choice that best completes ``context``, by the checkpoint's multiple-choice head (the softmax
-        over the choices' logits, as ``torch.softmax(BertForMultipleChoice(...).logits, -1)``).
-
-        Args:
-            context: a context (question, sentence start), or an iterable of them.
-            choices: its choices (at least 2), or per context its list of choices.
-            truncation: cut ``(context, choice)`` pairs longer than the model's positions instead of raising.
-            batch_size: pairs per ``session.run`` at most.
-
-        Returns:
-            For one context ``{"index", "choice", "score", "scores"}``: the best choice's position, text and
-            probability, and every choice's probability in order; for an iterable, one per context.
-
-        Raises:
-            HeadMissingError: the export has no multiple-choice head.
-            TypeError: a context is not a string, or its choices not a list of strings.
-            ValueError: fewer than 2 choices; contexts and choice lists differ in number; a pair too long.
-        """
-        task = self.task("choose", truncation=truncation)
-        single = isinstance(context, str)
-        contexts = text_list(context, "context")
-        groups = [choices] if single else list(choices)
-        if len(groups) != len(contexts):
-            raise ValueError(
-                f"{len(contexts)} contexts but {len(groups)} lists of choices; give one list of choices per context"
-            )
-        found: list[Choice] = list(
-            driver.answers(
-                self.run_batch,
-                task,
-                [
-                    (
-                        start,
-                        contexts[start : start + TOKENIZE_CHUNK_TEXTS],
-                        groups[start : start + TOKENIZE_CHUNK_TEXTS],
-                    )
-                    for start in range(0, len(contexts), TOKENIZE_CHUNK_TEXTS)
-                ],
-                BatchLimits(max_batch_size=check_positive_int(batch_size, "batch_size")),
-            )
-        )
-        return found[0] if single else found

@@ -204,8 +204,8 @@ class TextTokenizer:
         is the whole text. The ids are exactly those of tokenizing the whole text and cutting it; the work
         is proportional to the tokens kept, and about twice the text at most for texts that give few tokens
         per character (whitespace, control characters); when both sides of a pair are longer than the budget,
-        the shorter side is tokenized to its end to learn which side keeps the odd token. Unlike a cut at a fixed number of characters (TEI cuts
-        at 250 per token), this never changes the result.
+        the shorter side is tokenized to its end to learn which side keeps the odd token. Unlike a cut at a
+        fixed number of characters (TEI cuts at 250 per token), this never changes the result.
 
         Args:
             texts: first sequences.

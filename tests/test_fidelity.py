@@ -113,6 +113,29 @@ def _assert_fills(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> N
     np.testing.assert_allclose([d["score"] for d in ours], [d["score"] for d in theirs], atol=1e-6, rtol=1e-4)
 
 
+def test_fill_mask_targets_from_the_command_line_and_http(
+    pipeline_heads: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from fastapi.testclient import TestClient
+
+    from bertonnx.cli import main
+    from bertonnx.serve import create_app
+
+    export = pipeline_heads["mlm"][1]
+    text, targets = "the capital of france is [MASK].", ["paris", "london"]
+    want = BertOnnx(export).fill_mask(text, targets=targets)
+    assert main(["fill-mask", str(export), text, "--target", "paris", "--target", "london", "--json"]) == 0
+    _assert_fills(json.loads(capsys.readouterr().out)["results"][0]["masks"][0], want[0])
+    with TestClient(create_app(export)) as client:
+        for _ in range(1500):
+            if client.get("/ready").status_code == 200:
+                break
+            time.sleep(0.02)
+        _assert_fills(client.post("/fill_mask", json={"inputs": text, "targets": targets}).json()[0], want[0])
+
+
 def test_fill_mask_drops_pad_and_takes_targets(pipeline_heads: dict[str, tuple[Path, Path]]) -> None:
     checkpoint, export = pipeline_heads["mlm"]
     model, pipe = BertOnnx(export), _pipe("fill-mask", checkpoint)

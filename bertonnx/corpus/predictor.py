@@ -52,7 +52,7 @@ class BertOnnxPredictor:
         task: str = "embed",
         pooling: str = "pooler",
         normalize: bool = False,
-        truncate: bool = False,
+        truncation: bool = False,
         on_error: str = "stop",
         text_column: str = "text",
         pair_column: str | None = None,
@@ -71,7 +71,7 @@ class BertOnnxPredictor:
             task: ``embed``, ``nsp`` or ``encode``.
             pooling: for ``embed``.
             normalize: for ``embed``: unit-length vectors.
-            truncate: cut over-long inputs instead of rejecting them.
+            truncation: cut over-long inputs instead of rejecting them.
             on_error: ``stop`` (raise :class:`bertonnx.corpus.BadRowError`) or ``skip`` (keep the row with
                 null results and an ``error``).
             text_column: input column of texts.
@@ -90,7 +90,7 @@ class BertOnnxPredictor:
             task,
             pooling,
             normalize,
-            truncate,
+            truncation,
             on_error,
             **limits,
             aggregation_strategy=aggregation_strategy,

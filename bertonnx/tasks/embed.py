@@ -102,7 +102,8 @@ class Embed(PerInput):
         """
         task = cls(pooling, check_bool(normalize, "normalize"), encoder_for(model, truncation, max_length))
         if pooling == "pooler" and "pooler_output" not in model.output_names:
-            raise HeadMissingError.for_task("embed", model.manifest.architecture, model.manifest.tasks)
+            manifest = model.manifest
+            raise HeadMissingError.for_task("embed", manifest.architecture, manifest.tasks, manifest.num_labels)
         return task
 
     @property

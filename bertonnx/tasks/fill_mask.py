@@ -24,11 +24,13 @@ from ..errors import HeadMissingError
 from .base import Encoder, ModelFacts, PerInput, Prepared, check_positive_int, encoder_for
 from .nsp import softmax
 
-__all__ = ["DEFAULT_TOP_K", "FillMask", "MaskFill", "check_masks", "target_ids"]
+__all__ = ["DEFAULT_TOP_K", "FillMask", "MaskFill", "Targets", "check_masks", "target_ids"]
 
 HIDDEN_STATES = "last_hidden_state"
 #: Candidates per mask by default (the pipeline's ``top_k``).
 DEFAULT_TOP_K = 5
+#: ``targets``: a token, tokens, or ``None`` (every token of the vocabulary).
+Targets = str | Sequence[str] | None
 #: Dropped from each candidate's ``sequence``, as the pipeline drops ``pad_token_id``.
 PAD_TOKEN = "[PAD]"
 
@@ -145,7 +147,7 @@ class FillMask(PerInput):
         *,
         top_k: int = DEFAULT_TOP_K,
         truncation: bool = False,
-        targets: str | Sequence[str] | None = None,
+        targets: Targets = None,
     ) -> FillMask:
         """The task on ``model``'s MLM head; ``targets`` limits the candidates to those tokens (:func:`target_ids`).
 

@@ -1,0 +1,280 @@
+"""``BertOnnx``'s methods for the heads whose answers are spans or choices: ``tag``, ``answer`` and ``choose``.
+
+They live in their own module so each file reads in one sitting; like every method of :class:`bertonnx.BertOnnx`
+they only build their task (:func:`bertonnx.tasks.make_task`: the options checked, the defaults chosen) and run its
+steps (:meth:`bertonnx.BertOnnx.run_task`); the windows and their merging are the tasks' own
+(:mod:`bertonnx.tasks.tag`, :mod:`bertonnx.tasks.answer`, :mod:`bertonnx.tasks.choose`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from . import driver
+from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, TOKENIZE_CHUNK_TEXTS, BatchLimits
+from .inputs import text_list
+from .manifest import TOKENIZER_FILE
+from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
+from .tasks.base import check_positive_int
+from .tasks.choose import Choice
+from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
+from .windows import Windowing
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .batching import Batch
+    from .manifest import Manifest
+
+__all__ = ["SpanMethods"]
+
+DEFAULT_BATCH_SIZE = DEFAULT_MAX_BATCH_SIZE
+
+
+class SpanMethods:
+    """``tag``, ``answer`` and ``choose`` of :class:`bertonnx.BertOnnx` (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        manifest: Manifest
+        max_length: int
+
+        def task(self, name: str, **options: Any) -> Any: ...
+
+        def run_task(
+            self,
+            task: Any,
+            first: object,
+            second: object = None,
+            *,
+            batch_size: int = ...,
+            max_batch_tokens: int = ...,
+            name: str = ...,
+        ) -> list[Any]: ...
+
+        def run_batch(self, batch: Batch, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]: ...
+
+    # -- token classification, question answering, multiple choice (bertonnx.tasks) ---------------------
+
+    @cached_property
+    def windowing(self) -> Windowing:
+        """Cuts long inputs into the windows transformers' pipelines cut them into (:mod:`bertonnx.windows`)."""
+        return Windowing.from_file(self.tokenizer_path)
+
+    @cached_property
+    def token_strings(self) -> TokenStrings:
+        """The tokenizer's token strings and decoding, for entity words."""
+        return TokenStrings(self.windowing.tokenizer)
+
+    @property
+    def qa_window(self) -> int:
+        """Tokens per question-answering window by default: ``min(384, model positions)``, as the pipeline."""
+        return min(DEFAULT_MAX_SEQ_LEN, self.max_length)
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The export's ``tokenizer.json``."""
+        return self.manifest.directory / TOKENIZER_FILE
+
+    @overload
+    def tag(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self,
+        texts: str,
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[dict[str, Any]]: ...
+
+    @overload
+    def tag(
+        self,
+        texts: Iterable[str],
+        aggregation_strategy: str = ...,
+        ignore_labels: Collection[str] = ...,
+        stride: int | None = ...,
+        *,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[list[dict[str, Any]]]: ...
+
+    def tag(
+        self,
+        texts: str | Iterable[str],
+        aggregation_strategy: str = "simple",
+        ignore_labels: Collection[str] = DEFAULT_IGNORE_LABELS,
+        stride: int | None = None,
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
+        """Named entities (or any token labels) of each text, as ``pipeline("token-classification")`` gives them.
+
+        The windows of every text are batched together by the token budget; a text longer than the model's
+        positions (512) is cut into windows sharing ``stride`` tokens and their entities merged as the
+        pipeline merges them. See :mod:`bertonnx.tasks.tag` for the steps.
+
+        Args:
+            texts: a string, or an iterable of strings (read 512 at a time).
+            aggregation_strategy: ``none`` (one answer per token), ``simple`` (B-/I- tags grouped),
+                ``first``, ``average`` or ``max`` (one label per word, then grouped).
+            ignore_labels: labels left out (default ``("O",)``; ``()`` keeps every token).
+            stride: tokens shared by consecutive windows of a long text (``0 <= stride < 510``); ``None``
+                refuses texts longer than the model's positions.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one string, its list of entities; for an iterable, one list per text. With ``none`` each
+            entity is ``{"entity", "score", "index", "word", "start", "end"}``, else ``{"entity_group",
+            "score", "word", "start", "end"}``; ``start``/``end`` are character offsets into the text
+            (``text[start:end]`` is the entity as written), ``score`` a float probability.
+
+        Raises:
+            HeadMissingError: the export has no token-classification head.
+            TypeError: a text is not a string, ``ignore_labels`` is a single string, or an option has the
+                wrong type.
+            ValueError: unknown ``aggregation_strategy``; ``stride`` with ``none`` or out of range; a text
+                longer than the model's positions without ``stride``.
+        """
+        task = self.task("tag", aggregation_strategy=aggregation_strategy, ignore_labels=ignore_labels, stride=stride)
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return found[0] if isinstance(texts, str) else found
+
+    def answer(
+        self,
+        question: str | Iterable[str],
+        context: str | Iterable[str],
+        top_k: int = 1,
+        max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
+        doc_stride: int | None = None,
+        handle_impossible_answer: bool = False,
+        *,
+        max_seq_len: int | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> Any:
+        """Extractive answers, as ``pipeline("question-answering")`` finds them.
+
+        Each question is paired with its context in windows of ``max_seq_len`` tokens (the whole question
+        and a slice of the context, consecutive slices sharing ``doc_stride`` tokens); the windows of every
+        question are batched together by the token budget, and the best spans over a question's windows
+        win. See :mod:`bertonnx.tasks.answer` for the steps.
+
+        Args:
+            question: a question, or an iterable of questions.
+            context: the context of every question (a string), or one context per question.
+            top_k: answers per question (fewer when the context holds fewer).
+            max_answer_len: longest answer in tokens.
+            doc_stride: context tokens shared by consecutive windows of a long context; default
+                ``min(max_seq_len // 2, 128)`` as the pipeline (128 for windows of 256 tokens or more).
+            handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
+                scored as the model scores ``[CLS]``.
+            max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.
+            batch_size: windows per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            Per question ``{"score": float, "start": int, "end": int, "answer": str}`` when ``top_k == 1``,
+            else a list of up to ``top_k`` of them, best first; ``answer == context[start:end]``. For one
+            question string that answer itself, for an iterable of questions a list of answers.
+
+        Raises:
+            HeadMissingError: the export has no question-answering head.
+            TypeError: a question or context is not a string, a list of contexts comes with one question
+                string, or an option has the wrong type.
+            ValueError: questions and contexts differ in number; an empty question or context, or one made
+                only of whitespace or control characters; a question leaving no room for context in a
+                window; ``doc_stride`` leaving a window no new context token; ``top_k`` or
+                ``max_answer_len`` < 1; ``max_seq_len`` out of range.
+        """
+        task = self.task(
+            "answer",
+            top_k=top_k,
+            max_answer_len=max_answer_len,
+            doc_stride=doc_stride,
+            handle_impossible_answer=handle_impossible_answer,
+            max_seq_len=max_seq_len,
+        )
+        single = isinstance(question, str)
+        questions = text_list(question, "question")
+        if isinstance(context, str):
+            contexts = [context] * len(questions)
+        elif single:
+            raise TypeError("a list of contexts needs a list of questions, one per context; pass question=[...]")
+        else:
+            contexts = text_list(context, "context")
+        if len(questions) != len(contexts):
+            raise ValueError(
+                f"questions and contexts differ in length ({len(questions)} vs {len(contexts)}); pass one "
+                "context per question, or one context for all"
+            )
+        found = self.run_task(
+            task, questions, contexts, batch_size=batch_size, max_batch_tokens=max_batch_tokens, name="question"
+        )
+        return found[0] if single else found
+
+    @overload
+    def choose(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, context: str, choices: Sequence[str], *, truncation: bool = ...
+    ) -> Choice: ...
+
+    @overload
+    def choose(
+        self, context: Iterable[str], choices: Iterable[Sequence[str]], *, truncation: bool = ...
+    ) -> list[Choice]: ...
+
+    def choose(
+        self,
+        context: str | Iterable[str],
+        choices: Sequence[str] | Iterable[Sequence[str]],
+        *,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Choice | list[Choice]:
+        """The choice that best completes ``context``, by the checkpoint's multiple-choice head (the softmax
+        over the choices' logits, as ``torch.softmax(BertForMultipleChoice(...).logits, -1)``).
+
+        Args:
+            context: a context (question, sentence start), or an iterable of them.
+            choices: its choices (at least 2), or per context its list of choices.
+            truncation: cut ``(context, choice)`` pairs longer than the model's positions instead of raising.
+            batch_size: pairs per ``session.run`` at most.
+
+        Returns:
+            For one context ``{"index", "choice", "score", "scores"}``: the best choice's position, text and
+            probability, and every choice's probability in order; for an iterable, one per context.
+
+        Raises:
+            HeadMissingError: the export has no multiple-choice head.
+            TypeError: a context is not a string, or its choices not a list of strings.
+            ValueError: fewer than 2 choices; contexts and choice lists differ in number; a pair too long.
+        """
+        task = self.task("choose", truncation=truncation)
+        single = isinstance(context, str)
+        contexts = text_list(context, "context")
+        groups = [choices] if single else list(choices)
+        if len(groups) != len(contexts):
+            raise ValueError(
+                f"{len(contexts)} contexts but {len(groups)} lists of choices; give one list of choices per context"
+            )
+        found: list[Choice] = list(
+            driver.answers(
+                self.run_batch,
+                task,
+                [
+                    (
+                        start,
+                        contexts[start : start + TOKENIZE_CHUNK_TEXTS],
+                        groups[start : start + TOKENIZE_CHUNK_TEXTS],
+                    )
+                    for start in range(0, len(contexts), TOKENIZE_CHUNK_TEXTS)
+                ],
+                BatchLimits(max_batch_size=check_positive_int(batch_size, "batch_size")),
+            )
+        )
+        return found[0] if single else found
