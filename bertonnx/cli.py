@@ -380,10 +380,22 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _fill_mask_arguments(parser: ArgumentParser) -> None:
+    _texts_arguments(parser, "fill-mask")
+    parser.add_argument(
+        "--target",
+        action="append",
+        metavar="TOKEN",
+        help="only this token as a candidate (repeatable), as the fill-mask pipeline's targets",
+    )
+
+
 def cmd_fill_mask(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
     model = _load(args)
-    task = _head_call(args, lambda: model.task("fill_mask", top_k=args.top_k, truncation=args.truncation))
+    task = _head_call(
+        args, lambda: model.task("fill_mask", top_k=args.top_k, truncation=args.truncation, targets=args.target)
+    )
     fills = _head_call(args, lambda: model.run_task(task, texts, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
     payload = {
@@ -516,7 +528,7 @@ COMMANDS: dict[str, Command | str] = {
     "fill-mask": Command(
         "fill-mask",
         "the MLM head's top tokens for each [MASK] of each TEXT",
-        lambda parser: _texts_arguments(parser, "fill-mask"),
+        lambda parser: _fill_mask_arguments(parser),
         cmd_fill_mask,
         epilog=TEXTS_EPILOG,
     ),

@@ -17,11 +17,11 @@ from . import driver
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, TOKENIZE_CHUNK_TEXTS, BatchLimits
 from .inputs import text_list
 from .manifest import TOKENIZER_FILE
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
+from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int
 from .tasks.choose import Choice
 from .tasks.classify import LabelScore, RankedIndex
-from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill
+from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill, Targets
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
 from .windows import Windowing
 
@@ -184,16 +184,21 @@ class HeadMethods:
 
     @overload
     def fill_mask(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
-        self, texts: str, *, top_k: int = ..., truncation: bool = ...
+        self, texts: str, *, top_k: int = ..., truncation: bool = ..., targets: Targets = ...
     ) -> list[list[MaskFill]]: ...
 
     @overload
     def fill_mask(
-        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ...
+        self, texts: Iterable[str], *, top_k: int = ..., truncation: bool = ..., targets: Targets = ...
     ) -> list[list[list[MaskFill]]]: ...
 
     def fill_mask(
-        self, texts: str | Iterable[str], *, top_k: int = DEFAULT_TOP_K, truncation: bool = False
+        self,
+        texts: str | Iterable[str],
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        truncation: bool = False,
+        targets: Targets = None,
     ) -> list[list[MaskFill]] | list[list[list[MaskFill]]]:
         """The MLM head's ``top_k`` tokens for every ``[MASK]`` of each text (``pipeline("fill-mask")``'s
         scores and fields).
@@ -205,6 +210,7 @@ class HeadMethods:
             texts: a string or an iterable of strings, each with at least one ``[MASK]``.
             top_k: candidates per mask.
             truncation: cut texts longer than the model's positions instead of raising.
+            targets: the only candidate tokens, as the pipeline's (:func:`~bertonnx.tasks.fill_mask.target_ids`).
 
         Returns:
             For one string: per ``[MASK]`` (in text order) a list of ``top_k`` dicts ``{"score", "token",
@@ -216,7 +222,7 @@ class HeadMethods:
             ValueError: a text has no ``[MASK]`` (or truncation cut it off), a text is too long without
                 truncation, or ``top_k`` is below 1.
         """
-        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation), texts)
+        answers = self.run_task(self.task("fill_mask", top_k=top_k, truncation=truncation, targets=targets), texts)
         return answers[0] if isinstance(texts, str) else answers
 
     # -- token classification, question answering, multiple choice (bertonnx.tasks) ---------------------
@@ -314,7 +320,7 @@ class HeadMethods:
         context: str | Iterable[str],
         top_k: int = 1,
         max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-        doc_stride: int = DEFAULT_DOC_STRIDE,
+        doc_stride: int | None = None,
         handle_impossible_answer: bool = False,
         *,
         max_seq_len: int | None = None,
@@ -333,7 +339,8 @@ class HeadMethods:
             context: the context of every question (a string), or one context per question.
             top_k: answers per question (fewer when the context holds fewer).
             max_answer_len: longest answer in tokens.
-            doc_stride: context tokens shared by consecutive windows of a long context.
+            doc_stride: context tokens shared by consecutive windows of a long context; default
+                ``min(max_seq_len // 2, 128)`` as the pipeline (128 for windows of 256 tokens or more).
             handle_impossible_answer: also offer the empty answer ``{"start": 0, "end": 0, "answer": ""}``,
                 scored as the model scores ``[CLS]``.
             max_seq_len: tokens per window; default ``min(384, model positions)`` as the pipeline.

@@ -9,13 +9,16 @@ A ``tokenizer.json`` may carry padding and truncation settings (the MiniLM one p
 the ``tokenizers`` library applies them silently. We clear both on load, pad in :mod:`bertonnx.batching`,
 and truncate only when the caller asks.
 
-Pairs are truncated here, not by ``tokenizers``: its ``longest_first`` gives the odd token of an odd budget
-to the longer sequence when both must be cut, while BERT's original ``_truncate_seq_pair`` and
-transformers' Python ``BertTokenizer`` give it to the first (how often that differs: benchmarks/DEFAULTS.md,
-"Pair truncation by BERT's rule"). We encode both sequences without special tokens, cut them with BERT's rule
-(for a tokenizer of BERT's WordPiece pipeline, whose Python tokenizers all cut by it) or with the fast
-tokenizer's ``longest_first`` (every other kind: byte-level BPE, Unigram, as ``PreTrainedTokenizerFast`` cuts
-them), and add the special tokens with the file's own post-processor.
+Pairs are truncated here, not by ``tokenizers`` (whose truncation keeps every cut-off window, below), but by
+its own ``longest_first`` rule, which transformers' fast tokenizers and so its pipelines apply
+(:func:`pair_truncation_lengths`): the longer side is cut first, and when both must be cut the shorter keeps
+half the budget and the longer the rest (the odd token of an odd budget goes to the longer side, to the
+second on a tie; BERT's original ``_truncate_seq_pair`` gives it to the first, see benchmarks/DEFAULTS.md,
+"Pair truncation by the fast tokenizer's rule"). We encode both sequences without special tokens, cut them
+and add the special tokens with the file's own post-processor (``[CLS]``/``[SEP]`` for BERT, ``<s>``/``</s></s>``
+for RoBERTa). An exactly empty second text is no pair:
+the input is encoded as its first text alone, as the fast tokenizer does for ``text_pair=""`` (and so the
+pipelines): ``[CLS] a [SEP]``, not ``[CLS] a [SEP] [SEP]``.
 
 Truncation costs time and memory in proportion to the tokens kept, not to the text. ``tokenizers`` keeps
 every cut-off window of a truncated encoding as an "overflowing" encoding, and its post-processor pairs
@@ -55,7 +58,6 @@ __all__ = [
     "TextTokenizer",
     "clean_text",
     "clean_up_tokenization",
-    "fast_pair_truncation_lengths",
     "pair_truncation_lengths",
     "read_special_tokens",
     "special_token_counts",
@@ -73,7 +75,6 @@ SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 #: The manifest beside ``tokenizer.json`` in an export (its graph inputs say whether segments are fed).
 MANIFEST_FILE = "bertonnx.json"
 #: Pair truncation rules: BERT's ``_truncate_seq_pair`` and the fast tokenizer's ``longest_first``.
-PAIR_RULE_BERT = "bert"
 PAIR_RULE_FAST = "longest_first"
 #: Stands in for a lone surrogate where the normalizer keeps NUL (every normalizer but BERT's).
 REPLACEMENT_CHARACTER = "\ufffd"
@@ -174,11 +175,15 @@ def _graph_takes_segments(directory: Path) -> bool | None:
 
 
 def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
-    """Tokens kept of each sequence of a pair, as BERT's ``_truncate_seq_pair`` keeps them.
+    """Tokens kept of each sequence of a pair, as the fast tokenizer's ``longest_first`` keeps them.
 
-    That loop drops one token at a time from the longer sequence, from the second one on a tie, until the
-    pair fits ``budget`` (``max_length`` minus the three special tokens). The result is the same when each
-    length is capped at ``budget + 1``, so a sequence need not be tokenized past that.
+    ``tokenizers`` (``TruncationStrategy::LongestFirst``) keeps a pair that fits ``budget`` (``max_length``
+    minus the three special tokens) whole; else, when the shorter sequence fits half the budget, it keeps the
+    shorter whole and cuts the longer to the rest; else it gives the shorter ``budget // 2`` tokens and the
+    longer ``budget - budget // 2`` (the second is the longer on a tie). Capping both lengths at
+    ``budget + 1`` changes the result only when both reach the cap and the first is the longer (the odd
+    token changes sides), so a caller that tokenizes no further than that must compare the two lengths
+    whenever both reach it.
 
     Args:
         first: tokens of the first sequence (no special tokens).
@@ -192,33 +197,15 @@ def pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, 
         return first, second
     if 2 * min(first, second) <= budget:  # the shorter one survives whole
         return (first, budget - first) if first <= second else (budget - second, second)
-    return (budget + 1) // 2, budget // 2
+    if first > second:
+        return budget - budget // 2, budget // 2
+    return budget // 2, budget - budget // 2
 
 
-def fast_pair_truncation_lengths(first: int, second: int, budget: int) -> tuple[int, int]:
-    """Tokens kept of each sequence of a pair, as the ``tokenizers`` library's ``longest_first`` keeps them
-    (what ``PreTrainedTokenizerFast`` does for RoBERTa, XLM-RoBERTa ... pairs).
-
-    The shorter sequence survives whole when the longer can take the rest; when both must be cut, each keeps
-    half the budget and the longer one the odd token (the second on a tie).
-
-    Args:
-        first: tokens of the first sequence (no special tokens).
-        second: tokens of the second sequence.
-        budget: tokens the two may keep together, >= 0.
-
-    Returns:
-        ``(kept_first, kept_second)``.
-    """
-    if first + second <= budget:
-        return first, second
-    swap = first > second
-    short, long = (second, first) if swap else (first, second)
-    long = short if short > budget else max(short, budget - short)
-    if short + long > budget:
-        short = budget // 2
-        long = short + budget % 2
-    return (long, short) if swap else (short, long)
+def _input(text: str, pair: str | None) -> str | tuple[str, str]:
+    """What ``tokenizers`` encodes for one input: the pair, or the text alone when the pair is absent or exactly
+    empty (the fast tokenizer drops ``text_pair=""``)."""
+    return text if not pair else (text, pair)
 
 
 def _cut(encoding: Encoding, keep: int) -> None:
@@ -244,7 +231,7 @@ class TextTokenizer:
             ...), and ``cls_token_id`` ... their ids.
         special_tokens_single, special_tokens_pair: special tokens added to a text and to a pair.
         takes_token_type_ids: the graph takes ``token_type_ids`` (False for RoBERTa, XLM-R, DistilBERT, MPNet).
-        pair_rule: how a pair is truncated: ``bert`` (BERT's rule) or ``longest_first`` (the fast tokenizer's).
+        pair_rule: how a pair is truncated: ``longest_first``, the fast tokenizer's (every family).
         surrogate_stand_in: what a lone surrogate becomes before tokenizing.
     """
 
@@ -269,7 +256,7 @@ class TextTokenizer:
         #: Whether a text may be tokenized by prefixes when truncating (else it is tokenized whole): BERT's
         #: pipeline, with special tokens matched in the raw text (not after normalizing).
         self.prefix_safe = bert_pipeline and not any(t.normalized for t in added)
-        self.pair_rule = PAIR_RULE_BERT if bert_pipeline else PAIR_RULE_FAST
+        self.pair_rule = PAIR_RULE_FAST  # every family: what transformers' fast tokenizers (the pipelines) do
         self.surrogate_stand_in = surrogate_stand_in(spec)
         self.special_tokens_single, self.special_tokens_pair = special_token_counts(base)
         directory = Path(path).parent
@@ -318,16 +305,17 @@ class TextTokenizer:
 
         Without truncation each text is tokenized whole. With it, only a prefix of each text is tokenized:
         ``PREFIX_CHARS_PER_TOKEN`` (8) characters per token that can be kept (``max_length - 2`` for a
-        text, ``max_length - 2`` for each side of a pair, since BERT's pair rule needs to know whether a
+        text, ``max_length - 2`` for each side of a pair, since ``longest_first`` needs to know whether a
         side is longer than the whole budget), doubled until the prefix holds that many complete tokens or
         is the whole text. The ids are exactly those of tokenizing the whole text and cutting it; the work
         is proportional to the tokens kept, and about twice the text at most for texts that give few tokens
-        per character (whitespace, control characters). Unlike a cut at a fixed number of characters (TEI cuts
-        at 250 per token), this never changes the result.
+        per character (whitespace, control characters); when both sides of a pair are longer than the budget,
+        the shorter side is tokenized to its end to learn which side keeps the odd token. Unlike a cut at a
+        fixed number of characters (TEI cuts at 250 per token), this never changes the result.
 
         Args:
             texts: first sequences.
-            pairs: second sequences, one per text, or ``None``.
+            pairs: second sequences, one per text, or ``None``; an empty one makes its input a single text.
             truncation: cut inputs longer than ``max_length`` (longest first for pairs) instead of raising.
             max_length: token limit including special tokens; ``None``: no limit (only without truncation;
                 the caller judges each input's length, as a corpus job does per row).
@@ -354,7 +342,7 @@ class TextTokenizer:
             return self._encode_truncated(texts, cleaned_pairs, max_length)
         if max_length is not None:
             return self._encode_within(texts, cleaned_pairs, max_length, first_index)
-        batch = texts if cleaned_pairs is None else list(zip(texts, cleaned_pairs, strict=True))
+        batch = texts if cleaned_pairs is None else [_input(*item) for item in zip(texts, cleaned_pairs, strict=True)]
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
         return encodings
 
@@ -372,7 +360,7 @@ class TextTokenizer:
         Raises:
             InputTooLongError: the first input over ``max_length``.
         """
-        encodings = self._encode_truncated(texts, pairs, max_length + 1)
+        encodings = self._encode_truncated(texts, pairs, max_length + 1, exact=False)
         for offset, encoding in enumerate(encodings):
             if len(encoding) <= max_length:
                 continue
@@ -380,56 +368,71 @@ class TextTokenizer:
             length = None
             if chars <= EXACT_COUNT_CHARS:
                 whole = self._base.encode_batch(
-                    [texts[offset] if pairs is None else (texts[offset], pairs[offset])], add_special_tokens=True
+                    [_input(texts[offset], None if pairs is None else pairs[offset])], add_special_tokens=True
                 )
                 length = len(whole[0])
             raise InputTooLongError(first_index + offset, length, max_length)
         return encodings
 
-    def _encode_truncated(self, texts: list[str], pairs: list[str] | None, max_length: int) -> list[Encoding]:
-        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first by
-        :attr:`pair_rule`.
+    def _encode_truncated(
+        self, texts: list[str], pairs: list[str] | None, max_length: int, *, exact: bool = True
+    ) -> list[Encoding]:
+        """Encode inputs cut to ``max_length`` tokens: texts from the right, pairs longest first
+        (:func:`pair_truncation_lengths`); a pair whose second text is empty is its first text alone.
 
         Inputs short enough in characters are first encoded whole in one batch (most inputs fit and are
-        done); the others are cut from the leading tokens of each side.
+        done); the others are cut from the leading tokens of each side. ``exact=False`` skips comparing the
+        lengths of two sides that both exceed the budget (which side keeps the odd token), for a caller that
+        only asks whether an input fits.
         """
-        if pairs is None:
-            budget = max_length - self.special_tokens_single
-            if budget < 0:
-                raise ValueError(
-                    f"max_length={max_length} leaves no room for the {self.special_tokens_single} special tokens; "
-                    f"use max_length >= {self.special_tokens_single}"
-                )
-        else:
-            budget = max_length - self.special_tokens_pair
-            if budget <= 0:
-                raise ValueError(
-                    f"max_length={max_length} leaves no room for a pair; use max_length > {self.special_tokens_pair}"
-                )
+        paired = [i for i in range(len(texts)) if pairs is not None and pairs[i]]
+        budget = max_length - self.special_tokens_single
+        if budget < 0:
+            raise ValueError(
+                f"max_length={max_length} leaves no room for the {self.special_tokens_single} special tokens; "
+                f"use max_length >= {self.special_tokens_single}"
+            )
+        pair_budget = max_length - self.special_tokens_pair
+        if paired and pair_budget <= 0:
+            raise ValueError(
+                f"max_length={max_length} leaves no room for a pair; use max_length > {self.special_tokens_pair}"
+            )
+        second = [pairs[i] if pairs is not None else "" for i in range(len(texts))]
         found: list[Encoding | None] = [None] * len(texts)
         limit = PREFIX_CHARS_PER_TOKEN * max_length
-        short = [i for i in range(len(texts)) if len(texts[i]) + (len(pairs[i]) if pairs else 0) <= limit]
-        batch = [texts[i] if pairs is None else (texts[i], pairs[i]) for i in short]
+        short = [i for i in range(len(texts)) if len(texts[i]) + len(second[i]) <= limit]
+        batch = [_input(texts[i], second[i]) for i in short]
         for i, encoding in zip(short, self._base.encode_batch(batch, add_special_tokens=True), strict=True):
             if len(encoding) <= max_length:
                 found[i] = encoding
+        cut = [i for i, encoding in enumerate(found) if encoding is None and not second[i]]
+        for i, (encoding, known) in zip(cut, self._leading_tokens([texts[i] for i in cut], budget), strict=True):
+            _cut(encoding, known)
+            found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
         cut = [i for i, encoding in enumerate(found) if encoding is None]
-        if pairs is None:
-            for i, (encoding, known) in zip(cut, self._leading_tokens([texts[i] for i in cut], budget), strict=True):
-                _cut(encoding, known)
-                found[i] = self._base.post_process(encoding, None, add_special_tokens=True)
-        else:
-            lengths = pair_truncation_lengths if self.pair_rule == PAIR_RULE_BERT else fast_pair_truncation_lengths
-            firsts = self._leading_tokens([texts[i] for i in cut], budget + 1)
-            seconds = self._leading_tokens([pairs[i] for i in cut], budget + 1)
-            for i, (first, first_known), (second, second_known) in zip(cut, firsts, seconds, strict=True):
-                if self.pair_rule == PAIR_RULE_FAST:  # which side is longer counts: the texts were tokenized whole
-                    first_known, second_known = len(first), len(second)
-                keep_first, keep_second = lengths(first_known, second_known, budget)
-                _cut(first, keep_first)
-                _cut(second, keep_second)
-                found[i] = self._base.post_process(first, second, add_special_tokens=True)
+        firsts = self._leading_tokens([texts[i] for i in cut], pair_budget + 1)
+        seconds = self._leading_tokens([second[i] for i in cut], pair_budget + 1)
+        for i, (first, first_known), (other, second_known) in zip(cut, firsts, seconds, strict=True):
+            if exact and first_known == second_known == pair_budget + 1:
+                # Both reach the cap: the odd token goes to the longer side, so find which one is.
+                first_known += self._first_is_longer(texts[i], second[i], pair_budget + 1)
+            keep_first, keep_second = pair_truncation_lengths(first_known, second_known, pair_budget)
+            _cut(first, keep_first)
+            _cut(other, keep_second)
+            found[i] = self._base.post_process(first, other, add_special_tokens=True)
         return [encoding for encoding in found if encoding is not None]
+
+    def _first_is_longer(self, first: str, second: str, need: int) -> bool:
+        """Whether ``first`` has more tokens than ``second``, both known to have at least ``need``.
+
+        Both are tokenized by prefixes for twice as many tokens at a time until one of them ends, so the cost
+        follows the shorter text, not the longer.
+        """
+        while True:
+            need *= 2
+            (_, first_known), (_, second_known) = self._leading_tokens([first, second], need)
+            if first_known < need or second_known < need:
+                return first_known > second_known
 
     def _leading_tokens(self, texts: list[str], need: int) -> list[tuple[Encoding, int]]:
         """For each text, an encoding without special tokens whose first ``known`` tokens are those of the

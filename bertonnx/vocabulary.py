@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_SERVE_MAX_BATCH_TOKENS
 from .manifest import VARIANT_FILES
 from .model import DEFAULT_VARIANT
-from .tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
+from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
@@ -414,7 +414,8 @@ OPTIONS: Mapping[str, Option] = _declare(
         "context tokens shared by consecutive windows",
         ("answer",),
         kind=non_negative_int,
-        default=DEFAULT_DOC_STRIDE,
+        default=None,
+        default_text="min(max_seq_len // 2, 128), as the pipeline",
     ),
     Option(
         "max_answer_len",

@@ -27,6 +27,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -358,3 +359,33 @@ def run_torch_free(code: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+#: The sequence-classification and MLM heads of ``tests/heads.py`` that ``pipeline_heads`` builds and exports.
+PIPELINE_HEADS: dict[str, dict[str, Any]] = {
+    "single": {"architecture": "BertForSequenceClassification"},
+    "multi": {"architecture": "BertForSequenceClassification", "problem_type": "multi_label_classification"},
+    "regression": {"architecture": "BertForSequenceClassification", "num_labels": 2, "problem_type": "regression"},
+    "rerank": {"architecture": "BertForSequenceClassification", "num_labels": 1},
+    "mlm": {"architecture": "BertForMaskedLM"},
+}
+
+
+@pytest.fixture(scope="session")
+def pipeline_heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+    """``name -> (checkpoint, fp32 export)`` of every head in ``PIPELINE_HEADS`` (the fidelity tests and the
+    differential fuzz compare them with transformers' pipelines)."""
+    pytest.importorskip("torch")
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    from .heads import build_tiny_checkpoint
+
+    root = tmp_path_factory.mktemp("pipeline-heads")
+    built = {}
+    for name, spec in PIPELINE_HEADS.items():
+        spec = dict(spec)
+        checkpoint = build_tiny_checkpoint(spec.pop("architecture"), root / name / "checkpoint", **spec)
+        outdir = root / name / "model"
+        run_export(ExportOptions(outdir=outdir, model=str(checkpoint), variants=("fp32",)), log=lambda message: None)
+        built[name] = (checkpoint, outdir)
+    return built

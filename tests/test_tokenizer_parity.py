@@ -19,8 +19,11 @@ runtime equals transformers' fast ``BertTokenizerFast``, which PyTorch users get
 - ``cjk_extension_f_gap`` (U+2B820-U+2B91F): Python's CJK ranges cover them and split them out; the Rust
   ranges skip them.
 
-One difference was ours and is fixed in ``bertonnx/tokenizer.py``: ``tokenizers``' ``longest_first``
-gives the odd token of an odd budget to the second sequence, BERT's reference to the first.
+Truncated pairs are the one place the reference is not BERT's: when both sides must be cut, BERT's
+``_truncate_seq_pair`` (and the slow tokenizer) gives the odd token of an odd budget to the first sequence,
+``tokenizers``' ``longest_first`` to the longer one (the second on a tie). The runtime follows
+``tokenizers``, the rule transformers' pipelines apply (issue 34), so truncated pairs are checked against
+``BertTokenizerFast`` and, for long pairs, against the reference's ids cut by :func:`_longest_first`.
 
 Truncation tokenizes only a prefix of each text (``bertonnx/tokenizer.py``), so long texts and pairs of
 six kinds that stress a prefix (``corpus.long_texts``) are checked here too, against the reference and
@@ -38,7 +41,7 @@ from transformers import BertTokenizer, BertTokenizerFast
 from transformers.utils import logging as hf_logging
 
 from bertonnx.manifest import TOKENIZER_FILE
-from bertonnx.tokenizer import PREFIX_CHARS_PER_TOKEN, TextTokenizer, pair_truncation_lengths
+from bertonnx.tokenizer import PREFIX_CHARS_PER_TOKEN, TextTokenizer, clean_text, pair_truncation_lengths
 
 from . import corpus
 from .conftest import VOCAB
@@ -67,6 +70,11 @@ def slow() -> BertTokenizer:
 
 
 @pytest.fixture(scope="module")
+def fast() -> BertTokenizerFast:
+    return BertTokenizerFast(vocab_file=str(VOCAB), do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
 def runtime(tiny_export: Path) -> TextTokenizer:
     return TextTokenizer(tiny_export / TOKENIZER_FILE, MAX_POSITIONS)
 
@@ -74,7 +82,24 @@ def runtime(tiny_export: Path) -> TextTokenizer:
 Encoded = tuple[list[int], list[int], list[int]]
 
 
+def _longest_first(first: int, second: int, budget: int) -> tuple[int, int]:
+    """``tokenizers``' ``TruncationStrategy::LongestFirst`` (tokenizers/src/utils/truncation.rs), line by line."""
+    if first + second <= budget:
+        return first, second
+    n1, n2, swap = (second, first, True) if first > second else (first, second, False)
+    n2 = n1 if n1 > budget else max(n1, budget - n1)
+    if n1 + n2 > budget:
+        n1 = budget // 2
+        n2 = n1 + budget % 2
+    return (n2, n1) if swap else (n1, n2)
+
+
 def _slow(slow: BertTokenizer, text: str, pair: str | None = None, max_length: int | None = None) -> Encoded:
+    if pair is not None and max_length:  # the reference's ids of each side, cut as the fast tokenizer cuts
+        a, b = slow.encode(text, add_special_tokens=False), slow.encode(pair, add_special_tokens=False)
+        keep_a, keep_b = _longest_first(len(a), len(b), max_length - 3)
+        ids = [slow.cls_token_id, *a[:keep_a], slow.sep_token_id, *b[:keep_b], slow.sep_token_id]
+        return ids, [0] * (keep_a + 2) + [1] * (keep_b + 1), [1] * len(ids)
     kwargs = {"truncation": "longest_first", "max_length": max_length} if max_length else {}
     enc = slow(text, pair, return_token_type_ids=True, return_attention_mask=True, **kwargs)
     return list(enc["input_ids"]), list(enc["token_type_ids"]), list(enc["attention_mask"])
@@ -132,8 +157,11 @@ def test_pairs_match_bert_tokenizer(slow: BertTokenizer, runtime: TextTokenizer)
 
 
 @pytest.mark.parametrize("max_length", TRUNCATION_LENGTHS)
-def test_truncated_pairs_match_longest_first(slow: BertTokenizer, runtime: TextTokenizer, max_length: int) -> None:
-    want = [_slow(slow, a, b, max_length) for a, b in PAIRS]
+def test_truncated_pairs_match_longest_first(fast: BertTokenizerFast, runtime: TextTokenizer, max_length: int) -> None:
+    """Truncated pairs equal the fast tokenizer's, which the pipelines apply (not BERT's rule)."""
+    # (lone surrogates, which the fast tokenizer refuses, stand in as NUL as the runtime has them)
+    found = [fast(clean_text(a), clean_text(b), truncation="longest_first", max_length=max_length) for a, b in PAIRS]
+    want = [(list(e["input_ids"]), list(e["token_type_ids"]), list(e["attention_mask"])) for e in found]
     got = _runtime(runtime, [a for a, _ in PAIRS], [b for _, b in PAIRS], max_length)
     problems = _mismatches(want, got, list(PAIRS))
     assert not problems, f"{len(problems)} pairs differ at max_length={max_length}:\n" + "\n".join(problems[:5])
@@ -171,7 +199,7 @@ def test_long_inputs_truncated_match_bert_tokenizer(
 def test_truncated_prefixes_equal_the_cut_whole_text(
     slow_ids: dict[str, list[int]], runtime: TextTokenizer, max_length: int
 ) -> None:
-    """A truncated text or pair has exactly the reference's ids of the whole text cut by BERT's rule, at
+    """A truncated text or pair has exactly the reference's ids of the whole text cut by ``longest_first``, at
     lengths where the prefix ends in every kind of place (mid-word, mid-[MASK], in a run of no tokens)."""
     texts = list(slow_ids)
     cls, sep = runtime.token_to_id("[CLS]"), runtime.token_to_id("[SEP]")
@@ -184,7 +212,7 @@ def test_truncated_prefixes_equal_the_cut_whole_text(
         pairs = list(zip(texts, texts[7:] + texts[:7], strict=True))
         got = runtime.encode([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=max_length)
         for (a, b), encoding in zip(pairs, got, strict=True):
-            keep_a, keep_b = pair_truncation_lengths(len(slow_ids[a]), len(slow_ids[b]), max_length - 3)
+            keep_a, keep_b = _longest_first(len(slow_ids[a]), len(slow_ids[b]), max_length - 3)
             want = [cls, *slow_ids[a][:keep_a], sep, *slow_ids[b][:keep_b], sep]
             if encoding.ids != want or encoding.type_ids != [0] * (keep_a + 2) + [1] * (keep_b + 1):
                 problems.append(f"pair {a[:40]!r} / {b[:40]!r}")
@@ -192,26 +220,46 @@ def test_truncated_prefixes_equal_the_cut_whole_text(
 
 
 def test_pair_lengths_capped_past_the_budget_are_the_same() -> None:
-    """Why a side of a pair is tokenized only to ``budget + 1`` tokens: capping changes no kept length."""
+    """Why a side of a pair is tokenized only to ``budget + 1`` tokens: capping changes no kept length, except
+    which side keeps the odd token when both reach the cap (the tokenizer then compares the two lengths)."""
     for budget in range(0, 40):
         for first, second in itertools.product(range(3 * budget + 3), repeat=2):
-            capped = pair_truncation_lengths(min(first, budget + 1), min(second, budget + 1), budget)
-            assert capped == pair_truncation_lengths(first, second, budget), (first, second, budget)
+            cap = budget + 1
+            capped = (min(first, cap) + (first > second >= cap), min(second, cap))
+            assert pair_truncation_lengths(*capped, budget) == pair_truncation_lengths(first, second, budget)
 
 
-def test_pair_truncation_lengths_follow_berts_loop() -> None:
-    def reference(first: int, second: int, budget: int) -> tuple[int, int]:  # BERT's _truncate_seq_pair
-        while first + second > budget:
-            if first > second:
-                first -= 1
-            else:
-                second -= 1
-        return first, second
-
+def test_pair_truncation_lengths_follow_longest_first(fast: BertTokenizerFast) -> None:
+    """The rule against ``tokenizers``' own (ported line by line, and the port against the fast tokenizer)."""
     for first in range(40):
         for second in range(40):
             for budget in range(0, 70, 3):
-                assert pair_truncation_lengths(first, second, budget) == reference(first, second, budget)
+                assert pair_truncation_lengths(first, second, budget) == _longest_first(first, second, budget)
+    for first, second, max_length in itertools.product(range(0, 9), range(0, 9), range(4, 12)):
+        found = fast(
+            " ".join(["a"] * first) or "b",
+            " ".join(["c"] * second) or "d",
+            max_length=max_length,
+            truncation="longest_first",
+            add_special_tokens=True,
+        )
+        a, b = max(first, 1), max(second, 1)
+        kept = _longest_first(a, b, max_length - 3)
+        assert found["token_type_ids"] == [0] * (kept[0] + 2) + [1] * (kept[1] + 1), (a, b, max_length)
+
+
+def test_empty_second_text_is_a_single_text(fast: BertTokenizerFast, runtime: TextTokenizer) -> None:
+    """An exactly empty pair is dropped, as the fast tokenizer drops ``text_pair=""`` (issue 34, class 1):
+    ``[CLS] a [SEP]``, whatever the truncation; a blank one is still a pair."""
+    texts = ["hello world", "hello world " * 40, "a"]
+    for max_length in (None, 8, 64):
+        got = runtime.encode(texts, ["", "", " "], truncation=max_length is not None, max_length=max_length)
+        kwargs = {"truncation": True, "max_length": max_length} if max_length else {}
+        for text, pair, encoding in zip(texts, ["", "", " "], got, strict=True):
+            want = fast(text, pair, **kwargs)
+            assert (encoding.ids, encoding.type_ids) == (want["input_ids"], want["token_type_ids"]), (text, pair)
+    assert len(runtime.encode(["a"], [""], truncation=False, max_length=None)[0]) == 3
+    assert runtime.encode(["a"], [" "], truncation=False, max_length=None)[0].type_ids == [0, 0, 0, 1]
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from pydantic import (
     field_validator,
 )
 
-from ..tasks.answer import DEFAULT_DOC_STRIDE, DEFAULT_MAX_ANSWER_LEN
+from ..tasks.answer import DEFAULT_MAX_ANSWER_LEN
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
 
 __all__ = [
@@ -71,11 +71,12 @@ REQUEST_EXAMPLES = {
     "/encode": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
     "/tokenize": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
     "/rerank": '{"query": "what is deep learning?", "texts": ["text", ...], "raw_scores": false, "return_text": false}',
-    "/fill_mask": '{"inputs": ["the capital of france is [MASK].", ...], "top_k": 5, "truncate": false}',
+    "/fill_mask": '{"inputs": ["the capital of france is [MASK].", ...], "top_k": 5, "truncate": false, '
+    '"targets": null}',
     "/tag": '{"inputs": "text" or ["text", ...], "aggregation_strategy": "none" | "simple" | "first" | "average" | '
     '"max", "ignore_labels": ["O"], "stride": null}',
     "/answer": '{"question": "text" or ["text", ...], "context": "text" or ["text", ...], "top_k": 1, '
-    '"max_answer_len": 15, "doc_stride": 128, "handle_impossible_answer": false}',
+    '"max_answer_len": 15, "doc_stride": null, "handle_impossible_answer": false}',
     "/choose": '{"context": "text" or ["text", ...], "choices": ["a", "b", ...] or [["a", "b"], ...], '
     '"truncate": false}',
     "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
@@ -234,6 +235,12 @@ class TextPredictRequest(BaseModel):
 
     check_inputs = _inputs_check("inputs", TEXTS_OR_PAIRS)
 
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def bare_pair(cls, value: Any) -> Any:
+        """A bare ``["A", "B"]`` is one pair (TEI's rule, and offline ``classify("A", "B")``), not two texts."""
+        return tuple(value) if _is_pair(value) else value
+
 
 class LabelPrediction(BaseModel):
     label: str
@@ -264,6 +271,9 @@ class FillMaskRequest(BaseModel):
     inputs: StrictStr | list[StrictStr] = Field(examples=[["the capital of france is [MASK]."]])
     top_k: StrictInt = Field(default=5, ge=1, le=100, description="candidates per [MASK]")
     truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    targets: StrictStr | list[StrictStr] | None = Field(
+        default=None, description="only these tokens as candidates, as the fill-mask pipeline's targets"
+    )
 
     check_inputs = _inputs_check("inputs", TEXTS)
 
@@ -327,8 +337,10 @@ class AnswerRequest(BaseModel):
     )
     top_k: StrictInt = Field(default=1, ge=1, description="answers per question (a list when > 1)")
     max_answer_len: StrictInt = Field(default=DEFAULT_MAX_ANSWER_LEN, ge=1, description="longest answer in tokens")
-    doc_stride: StrictInt = Field(
-        default=DEFAULT_DOC_STRIDE, ge=0, description="context tokens shared by consecutive windows"
+    doc_stride: StrictInt | None = Field(
+        default=None,
+        ge=0,
+        description="context tokens shared by consecutive windows; absent: min(max_seq_len // 2, 128), as the pipeline",
     )
     handle_impossible_answer: StrictBool = Field(
         default=False, description='also offer the empty answer {"start": 0, "end": 0, "answer": ""}'

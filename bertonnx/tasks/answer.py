@@ -51,6 +51,7 @@ __all__ = [
     "answers",
     "check_answer_options",
     "check_impossible",
+    "default_doc_stride",
     "merge_answers",
     "qa_windows",
 ]
@@ -58,7 +59,8 @@ __all__ = [
 #: The graph outputs of a question-answering export: ``[b, t]`` float32 each.
 START_LOGITS = "start_logits"
 END_LOGITS = "end_logits"
-#: The pipeline's window: ``min(model positions, 384)`` tokens, consecutive context slices sharing 128.
+#: The pipeline's window: ``min(model positions, 384)`` tokens, consecutive context slices sharing
+#: ``min(max_seq_len // 2, 128)`` (:func:`default_doc_stride`).
 DEFAULT_MAX_SEQ_LEN = 384
 DEFAULT_DOC_STRIDE = 128
 
@@ -74,6 +76,11 @@ NO_ANSWER_SCORE_START = 1000000.0
 DEFAULT_MAX_ANSWER_LEN = 15
 #: The token kept as a candidate for "no answer".
 CLS_TOKEN = "[CLS]"
+
+
+def default_doc_stride(max_seq_len: int) -> int:
+    """The pipeline's ``doc_stride`` when none is given: ``min(max_seq_len // 2, 128)`` (128 from 256 tokens up)."""
+    return min(max_seq_len // 2, DEFAULT_DOC_STRIDE)
 
 
 def check_answer_options(top_k: object, max_answer_len: object) -> None:
@@ -242,11 +249,12 @@ class Answer:
         *,
         top_k: int = 1,
         max_answer_len: int = DEFAULT_MAX_ANSWER_LEN,
-        doc_stride: int = DEFAULT_DOC_STRIDE,
+        doc_stride: int | None = None,
         handle_impossible_answer: bool = False,
         max_seq_len: int | None = None,
     ) -> Answer:
-        """The task on ``model``'s question-answering head.
+        """The task on ``model``'s question-answering head; ``doc_stride=None`` is the pipeline's
+        :func:`default_doc_stride` of the window, ``max_seq_len=None`` its ``min(384, model positions)``.
 
         Raises:
             TypeError: an option has the wrong type.
@@ -259,6 +267,8 @@ class Answer:
             raise OptionError(
                 "max_seq_len", window, f"between {SPECIAL_TOKENS_PAIR + 2} and the model's {model.max_length} positions"
             )
+        if doc_stride is None:
+            doc_stride = default_doc_stride(window)
         if isinstance(doc_stride, bool) or not isinstance(doc_stride, int):
             raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
         check_answer_options(top_k, max_answer_len)

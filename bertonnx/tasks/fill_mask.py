@@ -5,11 +5,14 @@ The main graph gives ``last_hidden_state``; only the rows at ``[MASK]`` position
 ``[m, hidden]`` -> ``mlm_logits`` ``[m, vocab]``), so the vocabulary projection costs one row per mask,
 not one per token. Answers follow ``transformers.pipeline("fill-mask")``: per mask, the ``top_k`` tokens
 by softmax probability with ``score``, ``token`` (id), ``token_str`` and ``sequence`` (the input with that
-mask filled, decoded without special tokens when the input has one mask, with them when it has several).
+mask filled, without ``[PAD]`` tokens, decoded without special tokens when the input has one mask, with them
+when it has several). With ``targets`` the candidates are those tokens only, scored by their probability in
+the softmax over the whole vocabulary, as the pipeline's ``targets`` (:func:`target_ids`).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
@@ -21,11 +24,15 @@ from ..errors import HeadMissingError
 from .base import Encoder, ModelFacts, PerInput, Prepared, check_positive_int, encoder_for
 from .nsp import softmax
 
-__all__ = ["DEFAULT_TOP_K", "FillMask", "MaskFill", "check_masks"]
+__all__ = ["DEFAULT_TOP_K", "FillMask", "MaskFill", "Targets", "check_masks", "target_ids"]
 
 HIDDEN_STATES = "last_hidden_state"
 #: Candidates per mask by default (the pipeline's ``top_k``).
 DEFAULT_TOP_K = 5
+#: ``targets``: a token, tokens, or ``None`` (every token of the vocabulary).
+Targets = str | Sequence[str] | None
+#: Dropped from each candidate's ``sequence``, as the pipeline drops ``pad_token_id``.
+PAD_TOKEN = "[PAD]"
 
 
 class MaskFill(TypedDict):
@@ -51,6 +58,46 @@ def check_masks(encodings: Sequence[TokenSequence], mask_token_id: int, first_in
             )
 
 
+def target_ids(
+    targets: str | Sequence[str], token_to_id: Callable[[str], int | None], first_token: Callable[[str], int | None]
+) -> tuple[int, ...]:
+    """The token ids of ``targets``, as ``FillMaskPipeline.get_target_ids`` finds them: a vocabulary entry's
+    id; else (with a warning) the first token of the target tokenized alone; a target giving no token is
+    ignored (with a warning). Repeated ids count once; the result is sorted.
+
+    Args:
+        targets: a token or a list of tokens.
+        token_to_id: the vocabulary lookup.
+        first_token: the first token id of a text tokenized without special tokens (``None``: no token).
+
+    Raises:
+        TypeError: ``targets`` is not a string or a list of strings.
+        ValueError: no target is left (an empty list, or only targets giving no token).
+    """
+    items = [targets] if isinstance(targets, str) else targets
+    if not isinstance(items, Sequence) or not all(isinstance(item, str) for item in items):
+        raise TypeError(f"targets must be a string or a list of strings, got {type(targets).__name__}")
+    found: set[int] = set()
+    for target in items:
+        id_ = token_to_id(target)
+        if id_ is None:
+            id_ = first_token(target)
+            if id_ is None:
+                warnings.warn(
+                    f"target {target!r} is not in the vocabulary and gives no token; it is ignored", stacklevel=3
+                )
+                continue
+            warnings.warn(
+                f"target {target!r} is not in the vocabulary; its first token (id {id_}) stands in for it, "
+                "as the pipeline does; pass vocabulary tokens to avoid this",
+                stacklevel=3,
+            )
+        found.add(id_)
+    if not found:
+        raise ValueError(f"no target is left of {list(items)!r}; pass at least one token of the vocabulary")
+    return tuple(sorted(found))
+
+
 @dataclass(frozen=True)
 class FillMask(PerInput):
     """Top tokens per ``[MASK]``.
@@ -61,6 +108,8 @@ class FillMask(PerInput):
         mask_token_id: the id of ``[MASK]``.
         top_k: candidates per mask.
         encoder: how texts are tokenized (``None``: the task only runs units).
+        targets: the only candidate ids (``None``: the whole vocabulary).
+        pad_token_id: dropped from ``sequence`` (``None``: none).
     """
 
     head: Callable[[np.ndarray], np.ndarray]
@@ -68,6 +117,8 @@ class FillMask(PerInput):
     mask_token_id: int
     top_k: int = 5
     encoder: Encoder | None = None
+    targets: tuple[int, ...] | None = None
+    pad_token_id: int | None = None
     name = "fill_mask"
     outputs = (HIDDEN_STATES,)
 
@@ -90,17 +141,38 @@ class FillMask(PerInput):
         return prepared
 
     @classmethod
-    def build(cls, model: ModelFacts, *, top_k: int = DEFAULT_TOP_K, truncation: bool = False) -> FillMask:
-        """The task on ``model``'s MLM head.
+    def build(
+        cls,
+        model: ModelFacts,
+        *,
+        top_k: int = DEFAULT_TOP_K,
+        truncation: bool = False,
+        targets: Targets = None,
+    ) -> FillMask:
+        """The task on ``model``'s MLM head; ``targets`` limits the candidates to those tokens (:func:`target_ids`).
 
         Raises:
-            TypeError, ValueError: ``top_k`` is not an int >= 1, or ``truncation`` not a bool.
+            TypeError, ValueError: ``top_k`` is not an int >= 1, ``truncation`` not a bool, or ``targets``
+                not a list of strings holding at least one token.
         """
         check_positive_int(top_k, "top_k")
         if model.mask_token_id is None:
             raise HeadMissingError.for_task("fill_mask", model.manifest.architecture, model.manifest.tasks)
+        tokenizer = model.tokenizer
+
+        def first_token(text: str) -> int | None:
+            ids = tokenizer.encode([text], None, truncation=False, max_length=None)[0].ids[1:-1]
+            return ids[0] if ids else None
+
+        ids = None if targets is None else target_ids(targets, tokenizer.token_to_id, first_token)
         return cls(
-            model.run_mlm_head, model.tokenizer.decode, model.mask_token_id, top_k, encoder_for(model, truncation)
+            model.run_mlm_head,
+            tokenizer.decode,
+            model.mask_token_id,
+            top_k,
+            encoder_for(model, truncation),
+            ids,
+            tokenizer.token_to_id(PAD_TOKEN),
         )
 
     def postprocess(
@@ -115,6 +187,8 @@ class FillMask(PerInput):
             return answers
         states = np.ascontiguousarray(outputs[HIDDEN_STATES][picked[where], positions], dtype=np.float32)
         probabilities = softmax(self.head(states))
+        if self.targets is not None:
+            probabilities = probabilities[:, list(self.targets)]
         k = min(self.top_k, probabilities.shape[1])
         best = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
         for mask, (row, position) in enumerate(zip(where.tolist(), positions.tolist(), strict=True)):
@@ -122,14 +196,16 @@ class FillMask(PerInput):
             tokens = ids[row, : batch.lengths[picked[row]]].tolist()
             single = int(np.count_nonzero(ids[row] == self.mask_token_id)) == 1
             fills: list[MaskFill] = []
-            for token in candidates.tolist():
+            for column in candidates.tolist():
+                token = column if self.targets is None else self.targets[column]
                 tokens[position] = token
+                kept = tokens if self.pad_token_id is None else [t for t in tokens if t != self.pad_token_id]
                 fills.append(
                     {
-                        "score": float(probabilities[mask, token]),
+                        "score": float(probabilities[mask, column]),
                         "token": token,
                         "token_str": self.decode([token], False),
-                        "sequence": self.decode(tokens, single),
+                        "sequence": self.decode(kept, single),
                     }
                 )
             answers[row].append(fills)

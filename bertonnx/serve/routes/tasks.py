@@ -58,7 +58,9 @@ def task_routes(state: ServerState) -> APIRouter:
         """Per text, per [MASK] in order, the top_k tokens with score, token id, token_str and sequence (one
         text in: its list of masks out)."""
         model, _ = state.require_model()
-        task = pipeline.task(model, "fill_mask", top_k=body.top_k, truncation=truncation(state, body.truncate))
+        task = pipeline.task(
+            model, "fill_mask", top_k=body.top_k, truncation=truncation(state, body.truncate), targets=body.targets
+        )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
         return pipeline.json_answer(answers[0] if isinstance(body.inputs, str) else answers, request)
 
