@@ -38,7 +38,7 @@ __all__ = [
 #: ``size``: compare file sizes with the manifest (instant); ``sha256``: also hash the model file (a large
 #: share of a cold start, hence not the default: benchmarks/DEFAULTS.md, "Hashing the model on load").
 VERIFY_MODES = ("size", "sha256")
-#: The token ``fill_mask`` predicts.
+#: The token ``fill_mask`` predicts when the tokenizer names none (BERT's); the adapter reads the family's own.
 MASK_TOKEN = "[MASK]"
 
 
@@ -144,10 +144,11 @@ def open_mlm_head(
     path, *_ = [
         manifest.record(name).verify(manifest.directory, check_hash=verify == "sha256") for name in record.files
     ]
-    mask_id = tokenizer.token_to_id(MASK_TOKEN)
+    mask = tokenizer.mask_token or MASK_TOKEN
+    mask_id = tokenizer.token_to_id(mask)
     if mask_id is None:
         raise ModelDirectoryError(
-            f"the export's tokenizer has no {MASK_TOKEN} token, but the export has an MLM head; re-run the export"
+            f"the export's tokenizer has no {mask} token, but the export has an MLM head; re-run the export"
         )
     return MlmHead(build_session(path, options), (record.input, record.output), mask_id)
 

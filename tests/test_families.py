@@ -236,10 +236,7 @@ def _xfail_unless(families: set[str], reason: str) -> list[Any]:
     ]
 
 
-@pytest.mark.parametrize(
-    "family",
-    _xfail_unless(MASK_IS_BERTS, "model.py's fill_mask looks for BERT's [MASK]; the task layer is to read .mask_token"),
-)
+@pytest.mark.parametrize("family", list(CLASSES))
 def test_fill_mask_equals_the_pipeline(family_export: Any, family: str) -> None:
     checkpoint, export, _ = family_export(next(a for a in CLASSES[family] if a.endswith("ForMaskedLM")))
     model = _load(export)

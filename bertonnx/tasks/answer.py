@@ -273,7 +273,9 @@ class Answer:
             raise TypeError(f"doc_stride must be an int, got {type(doc_stride).__name__}")
         check_answer_options(top_k, max_answer_len)
         check_impossible(handle_impossible_answer)
-        cls_id = model.tokenizer.token_to_id(CLS_TOKEN)
+        cls_id = model.tokenizer.cls_token_id  # the family's first special token (BERT's [CLS], RoBERTa's <s>)
+        if cls_id is None:
+            cls_id = model.tokenizer.token_to_id(CLS_TOKEN)
         return cls(model.windowing, cls_id, window, doc_stride, top_k, max_answer_len, handle_impossible_answer)
 
     def prepare(
