@@ -673,6 +673,7 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path, rich_export: Path)
             np.testing.assert_allclose(answer["values"], reference[answer["indices"]], atol=EXACT, rtol=0)
     with pytest.raises(ValueError, match="threshold must be a number >= 0, got -1"):
         bert.embed_sparse(TEXTS, threshold=-1)
+    _assert_embed_sparse_route(outdir, expected)
     with pytest.raises(HeadMissingError):  # an export without SPLADE (a SentenceTransformer's BertModel)
         BertOnnx(rich_export, "fp32").embed_sparse(TEXTS)
 
@@ -729,3 +730,27 @@ def test_corpus_job_embeds_as_encode(
     vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
     np.testing.assert_allclose(vectors, model.encode(texts), atol=EXACT, rtol=0)
     assert table.schema.metadata[b"bertonnx.pooling"] == b"default"
+
+
+def _assert_embed_sparse_route(export: Path, expected: np.ndarray) -> None:
+    """TEI's ``POST /embed_sparse`` gives ``SparseEncoder.encode``'s non-zero weights as ``{"index", "value"}``."""
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    with TestClient(create_app(export, threads=1)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        answer = client.post("/embed_sparse", json={"inputs": TEXTS})
+        assert answer.status_code == 200, answer.text
+        for found, reference in zip(answer.json(), expected, strict=True):
+            assert [pair["index"] for pair in found] == np.flatnonzero(reference).tolist()
+            values = [pair["value"] for pair in found]
+            np.testing.assert_allclose(values, reference[np.flatnonzero(reference)], atol=EXACT, rtol=0)
+        pruned = client.post("/embed_sparse", json={"inputs": TEXTS[0], "top_k": 3}).json()
+        assert len(pruned[0]) == 3
+        assert client.post("/embed_sparse", json={"inputs": ["a"], "top_k": 0}).status_code == 422

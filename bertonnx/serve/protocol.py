@@ -67,6 +67,7 @@ TRUNCATE_DOC = (
 #: A valid body per route: error messages show it so a client sees the expected shape.
 REQUEST_EXAMPLES = {
     "/embed": '{"inputs": ["text", ...], "normalize": true, "pooling": "pooler" | "cls" | "mean", "truncate": false}',
+    "/embed_sparse": '{"inputs": ["text", ...], "truncate": false, "prompt_name": null, "top_k": null}',
     "/predict": '{"inputs": ["sentence A", "sentence B"] or [["A", "B"], ...], "raw_scores": false, "truncate": false}',
     "/encode": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
     "/tokenize": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
@@ -169,6 +170,22 @@ class EmbedRequest(BaseModel):
     dimensions: StrictInt | None = Field(default=None, description="keep the first dimensions values (Matryoshka)")
 
     check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class EmbedSparseRequest(BaseModel):
+    """``POST /embed_sparse`` (TEI's): one SPLADE vector per text, as its non-zero ``{"index", "value"}`` pairs."""
+
+    inputs: StrictStr | list[StrictStr] = Field(description="a text or a list of texts", examples=[["hello world"]])
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+    prompt_name: StrictStr | None = Field(default=None, description="one of the export's prompts (TEI's)")
+    top_k: StrictInt | None = Field(default=None, ge=1, description="keep the top_k largest weights (ours)")
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="the vocabulary id")
+    value: float = Field(description="its SPLADE weight")
 
 
 class PredictRequest(BaseModel):

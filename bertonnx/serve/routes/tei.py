@@ -18,6 +18,7 @@ from ...tasks import Prepared, nsp_labels
 from .. import pipeline
 from ..protocol import (
     EmbedRequest,
+    EmbedSparseRequest,
     EncodedInput,
     EncodeRequest,
     LabelPrediction,
@@ -25,6 +26,7 @@ from ..protocol import (
     PredictRequest,
     Rank,
     RerankRequest,
+    SparseValue,
     TextPredictRequest,
     TokenizeRequest,
     Tokens,
@@ -75,6 +77,27 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
         )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs))
         return pipeline.json_answer(np.stack(answers), request)
+
+    @router.post("/embed_sparse", response_model=list[list[SparseValue]], responses=ERROR_RESPONSES)
+    async def embed_sparse(body: EmbedSparseRequest, request: Request) -> Response:
+        """SPLADE (an export of a sentence-transformers SparseEncoder folder): per text its non-zero vocabulary
+        ids with their weights, TEI's ``[{"index", "value"}]``, as ``SparseEncoder.encode``."""
+        model, _ = state.require_model()
+        task = pipeline.task(
+            model,
+            "embed_sparse",
+            top_k=body.top_k,
+            prompt_name=body.prompt_name,
+            truncation=embed_truncation(state, body.truncate),
+        )
+        _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
+        return pipeline.json_answer(
+            [
+                [{"index": int(i), "value": float(v)} for i, v in zip(a["indices"], a["values"], strict=True)]
+                for a in answers
+            ],
+            request,
+        )
 
     if classifier:
 
