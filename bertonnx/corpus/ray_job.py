@@ -15,7 +15,6 @@ rows reach the sink only from the attempt that finished, so nothing is lost or w
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from ..extras import require_extra
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
+from ..ray_cluster import connect
 from .compute import TaskOptions, check_model_task, default_chunk_rows, embedding_width, output_schema
 from .errors import BadRowError, CorpusFileError, RayJobError
 from .job import JobSummary, check_job
@@ -100,7 +100,7 @@ def run_ray_job(
     show = sys.stderr.isatty() if progress is None else progress
     owns_ray = not ray.is_initialized()
     if owns_ray:
-        _connect(ray, address, show)
+        connect(ray, address, show)
     try:
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = show
@@ -167,24 +167,6 @@ def run_ray_job(
         sink.result.rejected, time.perf_counter() - started,
         f"ray, {actors} actors x {threads_per_actor} threads",
     )  # fmt: skip
-
-
-def _connect(ray: Any, address: str | None, show: bool) -> None:
-    """``ray.init``; a refused connection names the usual causes, token authentication first.
-
-    Raises:
-        ConnectionError: the cluster at ``address`` cannot be joined.
-    """
-    try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=show, configure_logging=show)
-    except ConnectionError as exc:
-        if address is None or os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
-            raise
-        raise ConnectionError(
-            f"{exc}: the head is not running there, its port is closed, or the cluster uses token authentication "
-            "(Ray 2.60 turns it on where a token exists): then set RAY_AUTH_MODE=token here and give this machine "
-            "the cluster's token (the head's ~/.ray/auth_token, or RAY_AUTH_TOKEN_PATH=FILE)"
-        ) from None
 
 
 def _user_error(exc: BaseException) -> BaseException | None:

@@ -201,7 +201,9 @@ def serve_on_ray(args: argparse.Namespace, options: ServeOptions) -> int:
     import ray
     from ray import serve
 
-    ray.init(address=args.ray or None, include_dashboard=False)
+    from ..ray_cluster import connect
+
+    connect(ray, args.ray or None)
     try:
         _check_host(args.host)
         serve.start(http_options={"host": args.host, "port": args.port})
