@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -125,8 +126,29 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: What ``--output`` may be called: the job writes Parquet (a file, or with ``--ray`` a directory of files).
+OUTPUT_SUFFIXES = (".parquet", ".pq")
+
+
+def check_output_name(output: str, ray: bool) -> None:
+    """Refuse an ``--output`` whose name says another format (``out.csv`` would hold Parquet).
+
+    Raises:
+        CommandError: the suffix is not Parquet's (a directory without a suffix is fine with ``--ray``).
+    """
+    suffix = Path(output).suffix.lower()
+    if suffix in OUTPUT_SUFFIXES or (ray and not suffix):
+        return
+    where = "a directory of Parquet files (--ray)" if ray else "Parquet"
+    raise CommandError(
+        f"--output {output}: the job writes {where}, not {suffix or 'a file without a suffix'}; name it "
+        f"{Path(output).with_suffix('.parquet').name}"
+    )
+
+
 def _run(args: argparse.Namespace) -> JobSummary:
     options = task_options(args)
+    check_output_name(args.output, args.ray is not None)
     if args.ray is None:
         if args.actors is not None:
             raise CommandError("--actors needs --ray; without it the job runs in this process (use --threads)")

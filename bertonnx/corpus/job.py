@@ -66,7 +66,7 @@ class JobSummary:
             f"{self.task}: {self.rows:,} rows from {self.input} in {self.seconds:.1f} s "
             f"({self.inputs_per_second:.1f} inputs/s, {self.runner})",
             f"  wrote {self.outputs:,} rows to {self.output}",
-            f"  rejected {self.rejected:,} rows -> {self.rejects}",
+            f"  rejected {self.rejected:,} rows -> {self.rejects}" if self.rejected else "  rejected no row",
         ]
         return "\n".join(lines)
 

@@ -192,7 +192,8 @@ class AtomicParquetWriter:
 
 
 class AtomicRejectsWriter:
-    """JSON lines ``{"id": ..., "reason": ...}`` through a temp file, like :class:`AtomicParquetWriter`."""
+    """JSON lines ``{"id": ..., "reason": ...}`` through a temp file, like :class:`AtomicParquetWriter`. A job
+    that rejected nothing writes no rejects file (and removes one an earlier run left, which would mislead)."""
 
     def __init__(self, target: str | Path) -> None:
         self.target = Path(target)
@@ -213,7 +214,12 @@ class AtomicRejectsWriter:
 
     def commit(self) -> Path:
         self._handle.close()
-        replace(self._temp, self.target)
+        if self.rows:
+            replace(self._temp, self.target)
+        else:
+            remove(self._temp)
+            if self.target.is_file():
+                self.target.unlink()
         return self.target
 
     def abort(self) -> None:

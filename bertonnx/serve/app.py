@@ -211,7 +211,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         encoded = _unsupported_encoding(request)
         if encoded is not None:
             return _error_response(encoded, request)
-        message = validation_message(exc.errors(), REQUEST_EXAMPLES.get(request.url.path))
+        route = request.scope.get("route")
+        body = getattr(getattr(getattr(route, "body_field", None), "field_info", None), "annotation", None)
+        fields = list(getattr(body, "model_fields", {}))
+        message = validation_message(exc.errors(), REQUEST_EXAMPLES.get(request.url.path), fields)
         content_type = request.headers.get("content-type", "")
         if not content_type.startswith("application/json"):
             message = f"send Content-Type: application/json (got {content_type or 'none'}); {message}"

@@ -12,6 +12,7 @@ and their status codes are fixed here so the README table, the handlers and the 
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -167,8 +168,11 @@ def from_core(error: Exception) -> ServeError:
     raise TypeError(f"{type(error).__name__} is not a core error the server maps; expected one of CORE_ERRORS")
 
 
-def validation_message(error: ValidationError | Sequence[Mapping[str, Any]], example: str | None) -> str:
-    """One line naming each invalid field (at most five), and a valid body for the route."""
+def validation_message(
+    error: ValidationError | Sequence[Mapping[str, Any]], example: str | None, fields: Sequence[str] = ()
+) -> str:
+    """One line naming each invalid field (at most five), and a valid body for the route; an unknown field is
+    named with the closest of the route's ``fields``."""
     errors = error.errors() if isinstance(error, ValidationError) else list(error)
     parts = []
     for item in errors:
@@ -179,6 +183,10 @@ def validation_message(error: ValidationError | Sequence[Mapping[str, Any]], exa
             parts = [f"malformed JSON ({reason}{where})"]
             break
         name = ".".join(str(p) for p in loc) or "body"
+        if kind == "extra_forbidden":
+            close = difflib.get_close_matches(str(loc[-1]), list(fields), n=1) if loc else []
+            parts.append(f"unknown field {name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            continue
         message = str(item.get("msg", "")).removeprefix("Value error, ")
         got = item.get("input")
         shown = f" (got {json.dumps(got)[:60]})" if kind not in ("missing", "value_error") and _jsonable(got) else ""

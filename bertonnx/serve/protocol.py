@@ -7,7 +7,9 @@
 - KServe v2 / Triton HTTP: ``/v2/...`` (tensors as ``{"name", "shape", "datatype", "data"}``).
 
 Leaves are strict (``"yes"`` is not a bool, ``5`` is not a string): a wrong type is a 422 naming the field,
-never a guess. Unknown fields are ignored, as TEI and OpenAI clients send fields this server does not use.
+never a guess. An unknown field is a 422 naming it (``normalise``: did you mean ``normalize``?), except on
+KServe's bodies, whose clients send protocol fields this server does not use; OpenAI's ``user`` and ``model`` are
+declared and ignored.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
+    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
@@ -141,6 +144,13 @@ def _inputs_check(field: str, accepts: str) -> Any:
     return field_validator(field, mode="wrap")(classmethod(check))
 
 
+class Body(BaseModel):
+    """A request body: a field the route does not define is a 422 naming it (with the field it may have meant),
+    never silently ignored. (KServe's bodies are not: its clients send fields of the protocol we do not use.)"""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ErrorResponse(BaseModel):
     """Every error answer."""
 
@@ -155,7 +165,7 @@ class ErrorResponse(BaseModel):
 # -- TEI ------------------------------------------------------------------------------------------------
 
 
-class EmbedRequest(BaseModel):
+class EmbedRequest(Body):
     """``POST /embed``: one vector per text."""
 
     inputs: StrictStr | list[StrictStr] = Field(description="a text or a list of texts", examples=[["hello world"]])
@@ -172,7 +182,7 @@ class EmbedRequest(BaseModel):
     check_inputs = _inputs_check("inputs", TEXTS)
 
 
-class EmbedSparseRequest(BaseModel):
+class EmbedSparseRequest(Body):
     """``POST /embed_sparse`` (TEI's): one SPLADE vector per text, as its non-zero ``{"index", "value"}`` pairs."""
 
     inputs: StrictStr | list[StrictStr] = Field(description="a text or a list of texts", examples=[["hello world"]])
@@ -188,7 +198,7 @@ class SparseValue(BaseModel):
     value: float = Field(description="its SPLADE weight")
 
 
-class PredictRequest(BaseModel):
+class PredictRequest(Body):
     """``POST /predict``: next-sentence prediction for one pair or a list of pairs."""
 
     inputs: Pair | list[Pair] = Field(
@@ -205,7 +215,7 @@ class Prediction(BaseModel):
     score: float = Field(description="softmax probability, or the logit with raw_scores")
 
 
-class EncodeRequest(BaseModel):
+class EncodeRequest(Body):
     """``POST /encode``: every graph output of each text or pair."""
 
     inputs: StrictStr | list[TextOrPair] = Field(
@@ -240,7 +250,7 @@ class Tokens(BaseModel):
 # -- the heads' own routes (TEI's /predict on a classifier, /rerank; ours: /fill_mask, /tag, /answer, /choose) --
 
 
-class TextPredictRequest(BaseModel):
+class TextPredictRequest(Body):
     """``POST /predict`` on a classifier export: one text or pair, or a list of texts and pairs."""
 
     inputs: StrictStr | Pair | list[TextOrPair] = Field(
@@ -264,7 +274,7 @@ class LabelPrediction(BaseModel):
     score: float = Field(description="softmax / sigmoid probability (as the checkpoint's head), or the logit")
 
 
-class RerankRequest(BaseModel):
+class RerankRequest(Body):
     """``POST /rerank`` (TEI's): score ``query`` against each text with a cross-encoder."""
 
     query: StrictStr = Field(examples=["what is deep learning?"])
@@ -282,7 +292,7 @@ class Rank(BaseModel):
     text: str | None = None
 
 
-class FillMaskRequest(BaseModel):
+class FillMaskRequest(Body):
     """``POST /fill_mask``: the MLM head's top tokens for each ``[MASK]`` of each text."""
 
     inputs: StrictStr | list[StrictStr] = Field(examples=[["the capital of france is [MASK]."]])
@@ -302,7 +312,7 @@ class MaskCandidate(BaseModel):
     sequence: str
 
 
-class TagRequest(BaseModel):
+class TagRequest(Body):
     """``POST /tag``: the entities of each text (token classification)."""
 
     inputs: StrictStr | list[StrictStr] = Field(
@@ -345,7 +355,7 @@ class EntityGroup(BaseModel):
     end: int = Field(description="character offset after its last character: text[start:end] is the entity")
 
 
-class AnswerRequest(BaseModel):
+class AnswerRequest(Body):
     """``POST /answer``: extractive answers to questions in contexts."""
 
     question: StrictStr | list[StrictStr] = Field(description="a question or a list of questions")
@@ -373,7 +383,7 @@ class AnswerSpan(BaseModel):
     answer: str
 
 
-class ChooseRequest(BaseModel):
+class ChooseRequest(Body):
     """``POST /choose``: the best of several choices for each context (a multiple-choice head)."""
 
     context: StrictStr | list[StrictStr] = Field(
@@ -395,7 +405,7 @@ class ChoiceAnswer(BaseModel):
 # -- OpenAI ---------------------------------------------------------------------------------------------
 
 
-class OpenAIEmbeddingsRequest(BaseModel):
+class OpenAIEmbeddingsRequest(Body):
     """``POST /v1/embeddings``, OpenAI's embeddings API. Vectors are unit length (as OpenAI's and TEI's)."""
 
     input: StrictStr | list[StrictStr] = Field(description="a text or a list of texts (token arrays are not taken)")
