@@ -674,6 +674,7 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path, rich_export: Path)
     with pytest.raises(ValueError, match="threshold must be a number >= 0, got -1"):
         bert.embed_sparse(TEXTS, threshold=-1)
     _assert_embed_sparse_route(outdir, expected)
+    _assert_sparse_corpus_job(outdir, tmp_path, bert.embed_sparse(TEXTS))
     with pytest.raises(HeadMissingError):  # an export without SPLADE (a SentenceTransformer's BertModel)
         BertOnnx(rich_export, "fp32").embed_sparse(TEXTS)
 
@@ -754,3 +755,19 @@ def _assert_embed_sparse_route(export: Path, expected: np.ndarray) -> None:
         pruned = client.post("/embed_sparse", json={"inputs": TEXTS[0], "top_k": 3}).json()
         assert len(pruned[0]) == 3
         assert client.post("/embed_sparse", json={"inputs": ["a"], "top_k": 0}).status_code == 422
+
+
+def _assert_sparse_corpus_job(export: Path, tmp_path: Path, offline: list[Any]) -> None:
+    """``bertonnx batch --task sparse``: one row per text, its ``{"index", "value"}`` pairs as offline."""
+    from bertonnx.corpus import TaskOptions, read_output
+    from bertonnx.corpus.job import run_local_job
+
+    source = tmp_path / "texts.txt"
+    source.write_text("".join(text.replace("\n", " ") + "\n" for text in TEXTS), encoding="utf-8")
+    output = tmp_path / "sparse.parquet"
+    run_local_job(export, source, output, TaskOptions("sparse"), variant="optimized", progress=False)
+    rows = read_output(output).column("sparse").to_pylist()
+    assert len(rows) == len(TEXTS)
+    for row, answer in zip(rows, offline, strict=True):
+        assert [pair["index"] for pair in row] == answer["indices"].tolist()
+        np.testing.assert_allclose([pair["value"] for pair in row], answer["values"], atol=1e-6, rtol=0)

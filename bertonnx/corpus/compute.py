@@ -54,7 +54,11 @@ __all__ = [
 ]
 
 #: Tasks that need a head of the export (checked against its manifest before any row is read).
-HEAD_TASKS = ("nsp", "classify", "tag")
+HEAD_TASKS = ("nsp", "classify", "tag", "sparse")
+#: The runtime task of a corpus task whose name differs.
+RUNTIME_TASKS = {"sparse": "embed_sparse"}
+#: One weight of the ``sparse`` task's ``sparse`` column: a vocabulary id and its SPLADE weight (TEI's names).
+SPARSE_TYPE = pa.struct([("index", pa.int32()), ("value", pa.float32())])
 #: One entity of the ``tag`` task's ``entities`` column.
 ENTITY_TYPE = pa.struct(
     [
@@ -142,8 +146,9 @@ def check_model_task(manifest: Manifest, task: str) -> None:
     Raises:
         HeadMissingError: it does not; the message names what the export has.
     """
-    if task in HEAD_TASKS and task not in manifest.tasks:
-        raise HeadMissingError.for_task(task, manifest.architecture, manifest.tasks, manifest.num_labels)
+    runtime = RUNTIME_TASKS.get(task, task)
+    if task in HEAD_TASKS and runtime not in manifest.tasks:
+        raise HeadMissingError.for_task(runtime, manifest.architecture, manifest.tasks, manifest.num_labels)
 
 
 def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
@@ -180,6 +185,8 @@ def output_schema(task: str, hidden_size: int) -> pa.Schema:
         ]
     elif task == "tag":
         fields.append(("entities", pa.list_(ENTITY_TYPE)))
+    elif task == "sparse":
+        fields.append(("sparse", pa.list_(SPARSE_TYPE)))
     else:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     return pa.schema(fields)
@@ -230,8 +237,8 @@ class ChunkResult:
         ]
         for column in schema.names[2:]:
             values, kind = self.columns[column], schema.field(column).type
-            if column == "entities":
-                arrays.append(_entity_column(cast("list[list[dict[str, Any]]]", values), kind, ok, keep_rejected))
+            if column in ("entities", "sparse"):
+                arrays.append(_struct_column(cast("list[list[dict[str, Any]]]", values), kind, ok, keep_rejected))
             else:
                 arrays.append(_column(cast("np.ndarray | list[np.ndarray]", values), kind, ok, keep_rejected, nulls))
         table = pa.Table.from_arrays(arrays, schema=schema)
@@ -248,11 +255,12 @@ def _entity_row(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _entity_column(
+def _struct_column(
     values: list[list[dict[str, Any]]], kind: pa.DataType, ok: np.ndarray, keep_rejected: bool
 ) -> pa.Array:
-    """tag's entities as a list-of-structs column; with ``keep_rejected``, null rows where ``ok`` is False."""
-    rows = [_entity_row(found) for found in values]
+    """tag's entities or sparse's weights as a list-of-structs column; with ``keep_rejected``, null rows where
+    ``ok`` is False."""
+    rows = [_entity_row(found) for found in values] if kind.value_type == ENTITY_TYPE else values
     if keep_rejected:
         computed = iter(rows)
         return pa.array([next(computed) if good else None for good in ok], type=kind)
@@ -312,6 +320,8 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
         return make_task(model, "nsp", truncation=options.truncation)
     if options.task == "classify":
         return make_task(model, "classify", top_k=1, truncation=options.truncation)
+    if options.task == "sparse":
+        return make_task(model, "embed_sparse", truncation=options.truncation or None)
     if options.task == "tag":
         return make_task(
             model,
@@ -342,7 +352,7 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     texts: list[str | None] = rows.column("text").to_pylist()
     pairs: list[str | None] = rows.column("pair").to_pylist()
     reasons: list[str | None] = rows.column("error").to_pylist()
-    use_pairs = options.task not in ("embed", "tag") and any(p is not None for p in pairs)
+    use_pairs = options.task not in ("embed", "tag", "sparse") and any(p is not None for p in pairs)
     if options.task == "nsp":
         for i, (text, pair) in enumerate(zip(texts, pairs, strict=True)):
             if reasons[i] is None and text is not None and pair is None:
@@ -385,6 +395,13 @@ def _columns(options: TaskOptions, answers: list[Any], model: BertOnnx) -> dict[
         }
     if task == "tag":
         return {"entities": answers}
+    if task == "sparse":
+        return {
+            "sparse": [
+                [{"index": int(i), "value": float(v)} for i, v in zip(a["indices"], a["values"], strict=True)]
+                for a in answers
+            ]
+        }
     columns: dict[str, Columns] = {"last_hidden_state": [row["last_hidden_state"] for row in answers]}
     for name, width in (("pooler_output", hidden), ("nsp_logits", 2)):
         columns[name] = np.stack([row[name] for row in answers]) if answers else np.zeros((0, width), dtype=np.float32)
