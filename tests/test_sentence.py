@@ -771,3 +771,29 @@ def _assert_sparse_corpus_job(export: Path, tmp_path: Path, offline: list[Any]) 
     for row, answer in zip(rows, offline, strict=True):
         assert [pair["index"] for pair in row] == answer["indices"].tolist()
         np.testing.assert_allclose([pair["value"] for pair in row], answer["values"], atol=1e-6, rtol=0)
+
+
+def test_corpus_job_embeds_with_the_pipeline_prompts_and_dimensions(
+    rich_folder: tuple[Path, SentenceTransformer], rich_export: Path, tmp_path: Path
+) -> None:
+    """``bertonnx batch`` embeds as ``encode`` by default, and takes ``prompt_name`` and ``dimensions`` (the
+    column's width follows them), equal to ``BertOnnx.embed`` with the same options."""
+    from bertonnx.corpus import TaskOptions, read_output
+    from bertonnx.corpus.job import run_local_job
+
+    _, model = rich_folder
+    texts = [text for text in TEXTS if text and "\n" not in text]
+    source = tmp_path / "texts.txt"
+    source.write_text("".join(text + "\n" for text in texts), encoding="utf-8")
+    bert = BertOnnx(rich_export)
+    prompt = next(iter(model.prompts))
+    for options, expected in (
+        (TaskOptions("embed"), bert.embed(texts)),
+        (TaskOptions("embed", prompt_name=prompt, dimensions=8), bert.embed(texts, prompt_name=prompt, dimensions=8)),
+    ):
+        output = tmp_path / "out.parquet"
+        run_local_job(rich_export, source, output, options, progress=False)
+        got = np.array(read_output(output).column("embedding").to_pylist(), dtype=np.float32)
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(bert.embed(texts), model.encode(texts), atol=EXACT, rtol=0)

@@ -47,7 +47,9 @@ def _arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--task", choices=TASKS, default="embed", help="default: embed")
     parser.add_argument("--text-column", metavar="NAME", help="column of texts (default: text; not for .txt)")
     parser.add_argument("--pair-column", metavar="NAME", help="column of second sentences (nsp, encode, classify)")
-    for name in ("pooling", "normalize", "truncation", "aggregation_strategy", "stride", "ignore_labels", "keep_all"):
+    for name in ("pooling", "normalize", "prompt_name", "dimensions", "truncation", "aggregation_strategy", "stride"):
+        add_option(parser, name, "batch")
+    for name in ("ignore_labels", "keep_all"):
         add_option(parser, name, "batch")
     parser.add_argument(
         "--on-error",
@@ -97,6 +99,8 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         aggregation_strategy=args.aggregation_strategy,
         stride=args.stride,
         ignore_labels=ignore_labels(args),
+        prompt_name=args.prompt_name,
+        dimensions=args.dimensions,
     )
 
 

@@ -121,6 +121,8 @@ class TaskOptions:
     aggregation_strategy: str = "simple"
     stride: int | None = None
     ignore_labels: tuple[str, ...] = DEFAULT_IGNORE_LABELS
+    prompt_name: str | None = None
+    dimensions: int | None = None
     limits: BatchLimits = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -156,11 +158,10 @@ def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
     its ``truncate_dim``) when ``embed`` runs it, else the hidden size."""
     block = manifest.data.get(SENTENCE_BLOCK)
     own = options.pooling in (None, PIPELINE_POOLING)
-    if options.task != "embed" or not own or not isinstance(block, dict):
-        return manifest.hidden_size
-    if block.get("model_type") != "SentenceTransformer":
-        return manifest.hidden_size
-    return int(block.get("truncate_dim") or block["dimension"])
+    width = manifest.hidden_size
+    if options.task == "embed" and own and isinstance(block, dict) and block.get("model_type") == "SentenceTransformer":
+        width = int(block["dimension"]) if options.dimensions else int(block.get("truncate_dim") or block["dimension"])
+    return min(width, options.dimensions) if options.task == "embed" and options.dimensions else width
 
 
 def output_schema(task: str, hidden_size: int) -> pa.Schema:
@@ -314,7 +315,13 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
         # no --truncation: the task's own default (an export of a sentence-transformers folder cuts at its
         # max_seq_length, as encode; any other export rejects long rows)
         return make_task(
-            model, "embed", pooling=options.pooling, normalize=options.normalize, truncation=options.truncation or None
+            model,
+            "embed",
+            pooling=options.pooling,
+            normalize=options.normalize,
+            truncation=options.truncation or None,
+            prompt_name=options.prompt_name,
+            dimensions=options.dimensions,
         )
     if options.task == "nsp":
         return make_task(model, "nsp", truncation=options.truncation)
