@@ -147,7 +147,8 @@ def _run_parity(args: argparse.Namespace) -> int:
 
 EXPORT_COMMAND = Command(
     "export",
-    "export a BERT checkpoint to a verified model directory",
+    "export a checkpoint (BERT, RoBERTa, XLM-R, DistilBERT, MPNet, ELECTRA; a sentence-transformers folder) "
+    "to a verified model directory",
     _export_arguments,
     run,
     extra="export",
