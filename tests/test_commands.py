@@ -244,7 +244,7 @@ def test_every_command_prints_its_usage_without_the_extras() -> None:
         assert result.stdout.startswith(f"usage: bertonnx {name} "), result.stdout
         assert "--debug" in result.stdout
     overview = run_cli("--help", blocked=EXTRAS_STACK)
-    assert "export       export a BERT checkpoint" in overview.stdout
+    assert "export       export a checkpoint (BERT, RoBERTa" in overview.stdout
     assert "serve        serve DIR over HTTP" in overview.stdout
 
 
