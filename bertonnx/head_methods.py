@@ -13,6 +13,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
+
 from . import driver
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, TOKENIZE_CHUNK_TEXTS, BatchLimits
 from .inputs import text_list
@@ -26,8 +28,6 @@ from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
 from .windows import Windowing
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from .batching import Batch
     from .manifest import Manifest
 
