@@ -463,8 +463,9 @@ def test_serve_options_are_validated() -> None:
 
 def test_protocol_pooling_lists_the_runtime_modes() -> None:
     from bertonnx.outputs import POOLING_MODES
+    from bertonnx.tasks.embed import PIPELINE_POOLING
 
-    assert set(Pooling.__args__) == set(POOLING_MODES)
+    assert set(Pooling.__args__) == {*POOLING_MODES, PIPELINE_POOLING}
 
 
 # -- the engine: one run of mixed requests ----------------------------------------------------------------
