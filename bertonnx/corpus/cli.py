@@ -141,8 +141,8 @@ def check_output_name(output: str, ray: bool) -> None:
         CommandError: the suffix is not Parquet's (a directory without a suffix is fine with ``--ray``).
     """
     suffix = Path(output).suffix.lower()
-    if suffix in OUTPUT_SUFFIXES or (ray and not suffix):
-        return
+    if suffix in OUTPUT_SUFFIXES or (ray and not suffix) or Path(output).is_dir():
+        return  # an existing directory gets the writer's own refusal ("is a directory")
     where = "a directory of Parquet files (--ray)" if ray else "Parquet"
     raise CommandError(
         f"--output {output}: the job writes {where}, not {suffix or 'a file without a suffix'}; name it "
