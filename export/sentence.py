@@ -486,7 +486,7 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     except ImportError:
         raise ExportError(
             "checking a sentence-transformers folder needs sentence-transformers: pip install "
-            "'sentence-transformers>=5,<6' (the bench extra has it); nothing was written"
+            "'sentence-transformers>=5.7,<6' (the export extra has it); nothing was written"
         ) from None
     from tokenizers import Tokenizer
 
@@ -546,7 +546,7 @@ def gate_references(prepared: Prepared, tokenizer_path: Path, *, random_weights:
         from sentence_transformers.util import fullname
     except ImportError:
         raise ExportError(
-            "checking a cross-encoder folder needs sentence-transformers: pip install 'sentence-transformers>=5,<6'"
+            "checking a cross-encoder folder needs sentence-transformers: pip install 'sentence-transformers>=5.7,<6'"
         ) from None
     model = CrossEncoder(str(prepared.folder.root), device="cpu", local_files_only=True)
     found = {"activation": TORCH_ACTIVATIONS.get(fullname(model.activation_fn)), "max_seq_length": model.max_seq_length}
