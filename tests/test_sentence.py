@@ -454,6 +454,32 @@ def test_old_manifest_behaves_as_before(rich_export: Path, tmp_path: Path) -> No
         bert.embed(short, prompt_name="query")
 
 
+def test_roberta_folder_is_cut_at_its_usable_positions(tmp_path: Path) -> None:
+    """RoBERTa counts positions from ``padding_idx + 1``: 512 of its 514 position embeddings hold tokens.
+    sentence-transformers saves such a folder with the tokenizer's length capped at 514 (its ``encode`` then
+    fails past 512 tokens); the export cuts at 512, passes its gate (texts up to 512 tokens and past them) and
+    embeds as ``encode`` at 512. A length above 514 stays refused."""
+    from .families import build_family_checkpoint
+
+    checkpoint = build_family_checkpoint("RobertaModel", tmp_path / "roberta")
+    transformer = models.Transformer(str(checkpoint), max_seq_length=514)
+    model = SentenceTransformer(modules=[transformer, models.Pooling(HIDDEN, "mean")], device="cpu")
+    model.save(str(tmp_path / "st"))
+    outdir = tmp_path / "export"
+    run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "st"), variants=("fp32",)), log=lambda m: None)
+    block = read_manifest(outdir).data["sentence_transformers"]
+    assert block["max_seq_length"] == 512
+    texts = [*TEXTS, LONG * 3]  # over 512 tokens
+    model.max_seq_length = 512
+    np.testing.assert_allclose(BertOnnx(outdir).embed(texts), model.encode(texts), atol=EXACT, rtol=0)
+    folder = st_export.read_folder(tmp_path / "st")
+    assert folder is not None
+    assert st_export.max_seq_length(folder, 514, 512, 514) == 512
+    folder.transformer_config["max_seq_length"] = 600
+    with pytest.raises(ExportError, match=r"max_seq_length 600 is outside 1\.\.512"):
+        st_export.max_seq_length(folder, 514, 512, 514)
+
+
 # -- cross-encoders --------------------------------------------------------------------------------------
 
 
