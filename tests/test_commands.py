@@ -112,19 +112,19 @@ def test_options_go_anywhere(capsys: pytest.CaptureFixture[str], tiny_export: Pa
         assert len(first) == 2
         for out in outputs[1:]:
             rows = out.splitlines()
-            vectors = [json.loads(r)["embedding"] for r in rows] if len(rows) == 2 else json.loads(out)["embeddings"]
+            vectors = [json.loads(r)["embedding"] for r in rows] if len(rows) == 2 else json.loads(out)["results"]
             assert vectors == first
         return
     assert all(p == payloads[0] for p in payloads[1:])
     if orders[0][0] == "tokenize":
-        assert payloads[0]["tokens"] == ["[CLS]", "the", "weather", "[SEP]", "is", "nice", "[SEP]"]
+        assert payloads[0]["results"][0]["tokens"] == ["[CLS]", "the", "weather", "[SEP]", "is", "nice", "[SEP]"]
 
 
 def test_text_that_looks_like_an_option_follows_a_double_dash(
     capsys: pytest.CaptureFixture[str], tiny_export: Path
 ) -> None:
     out = _stdout(capsys, ["tokenize", str(tiny_export), "--json", "--", "--debug is a word here"])
-    assert json.loads(out)["tokens"][-5:] == ["is", "a", "word", "here", "[SEP]"]
+    assert json.loads(out)["results"][0]["tokens"][-5:] == ["is", "a", "word", "here", "[SEP]"]
 
 
 @pytest.mark.parametrize(

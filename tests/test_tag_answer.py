@@ -412,7 +412,7 @@ def test_cli_tag_and_answer(
     from bertonnx.cli import main
 
     assert main(["tag", str(ner_export), UNICODE_TEXTS[1], "--aggregation-strategy", "first", "--json"]) == 0
-    assert_same(runtime(ner_export).tag(UNICODE_TEXTS[1], "first"), json.loads(capsys.readouterr().out))
+    assert_same(runtime(ner_export).tag(UNICODE_TEXTS[1], "first"), json.loads(capsys.readouterr().out)["results"][0])
     assert main(["tag", str(ner_export), UNICODE_TEXTS[0]]) == 0
     assert "Angela" in capsys.readouterr().out  # entities shown with the text they cover
     context_file = tmp_path / "context.txt"
@@ -420,7 +420,7 @@ def test_cli_tag_and_answer(
     argv = ["answer", str(qa_export), "--question", QUESTIONS[0], "--context-file", str(context_file), "--json"]
     assert main([*argv, "--top-k", "2"]) == 0
     expected = runtime(qa_export).answer(QUESTIONS[0], LONG_CONTEXT + "\n", top_k=2)
-    assert_same(expected, json.loads(capsys.readouterr().out))
+    assert_same(expected, json.loads(capsys.readouterr().out)["results"][0])
     assert main(["tag", str(ner_export), LONG_TEXT]) == 2
     assert "pass --stride (e.g. --stride 128)" in capsys.readouterr().err
     assert main(["answer", str(ner_export), "--question", "who?", "--context", "Paris"]) == 2
