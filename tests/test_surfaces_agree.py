@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from bertonnx import BertOnnx
@@ -139,9 +141,11 @@ def test_every_command_json_has_one_envelope(
     if python is not None:
         _close(found["results"], python(_quiet(directory)))
     if command == "batch":
-        assert found["results"] == [] and found["rows"] == len(TEXTS)
+        assert found["results"] == []
+        assert found["rows"] == len(TEXTS)
     if command == "inspect":
-        assert found["results"] == [] and "fp32" in found["variants"]
+        assert found["results"] == []
+        assert "fp32" in found["variants"]
 
 
 def test_the_envelope_refuses_to_be_overwritten() -> None:
@@ -154,3 +158,58 @@ def test_the_envelope_refuses_to_be_overwritten() -> None:
     }
     with pytest.raises(ValueError, match="results is an envelope key"):
         envelope("m", "fp32", False, [], results=[2])
+
+
+# -- the random-weights banner: the same on every command, batch and serve included ------------------------
+
+BANNER = f"!! {RANDOM_NOTE}"
+
+
+@pytest.fixture(scope="module")
+def random_tiny(tmp_path_factory: pytest.TempPathFactory, tiny_export: Path) -> Path:
+    return random_copy(tiny_export, tmp_path_factory.mktemp("random-tiny") / "model")
+
+
+def test_batch_prints_the_banner_once_not_a_python_warning(random_tiny: Path, tmp_path: Path) -> None:
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a\nb\n", encoding="utf-8")
+    argv = [str(random_tiny), "--input", str(texts), "--output", str(tmp_path / "out.parquet")]
+    done = subprocess.run(
+        [sys.executable, "-m", "bertonnx.corpus.cli", *argv], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count(BANNER) == 1
+    assert "RandomWeightsWarning" not in done.stderr
+    assert BANNER not in done.stdout  # stdout holds the summary alone
+
+
+def test_serve_prints_the_banner_once_not_a_python_warning(random_tiny: Path) -> None:
+    """The server on port 0 (any free port) until the model is loaded, then SIGTERM: it stops by itself."""
+    command = [sys.executable, "-m", "bertonnx.serve.cli", str(random_tiny), "--host", "127.0.0.1", "--port", "0"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:
+            lines.append(line)
+            if "ready: " in line or "failed to load" in line:
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert ready.wait(180), "".join(lines)
+        time.sleep(0.2)  # anything printed right after loading
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(60)
+        finally:
+            server.kill()
+    reader.join(10)
+    err = "".join(lines)
+    assert err.count(BANNER) == 1, err
+    assert "RandomWeightsWarning" not in err
+    assert err.index(BANNER) < err.index("ready: ")  # before the port is bound and the model loads
