@@ -1,4 +1,4 @@
-"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
+"""The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer, choose,
 walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
@@ -38,7 +38,8 @@ MODULE_PAIR = ("the weather is nice", "i agree with you")
 #: The module-01 check of the masked-language-model head.
 MODULE_MASKED = "the capital of france is [MASK]."
 DESCRIPTION = (
-    "Run BERT and its fine-tuned heads (classifiers, rerankers, fill-mask, NSP) on onnxruntime, without PyTorch."
+    "Run BERT-family encoders and their heads on onnxruntime, without PyTorch: embed, nsp, classify, rerank,\n"
+    "fill-mask, tag, answer and choose, from this command, over HTTP (serve) or on a corpus (batch)."
 )
 
 

@@ -213,3 +213,92 @@ def test_serve_prints_the_banner_once_not_a_python_warning(random_tiny: Path) ->
     assert err.count(BANNER) == 1, err
     assert "RandomWeightsWarning" not in err
     assert err.index(BANNER) < err.index("ready: ")  # before the port is bound and the model loads
+
+
+# -- the corpus job's columns: the Python method's (the pipeline's) field names ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task", "export", "options"),
+    [
+        ("tag", "tag", ["--aggregation-strategy", "simple"]),
+        ("tag", "tag", ["--aggregation-strategy", "none", "--keep-all"]),
+        ("classify", "classify", []),
+    ],
+)
+def test_corpus_columns_use_the_pipeline_names(
+    task: str, export: str, options: list[str], exports: dict[str, Path], tmp_path: Path
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    from bertonnx.corpus.cli import main as batch
+
+    texts = [CONTEXT, "Angela Merkel met Emmanuel Macron in Paris."]
+    source = tmp_path / "rows.txt"
+    source.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    output = tmp_path / "out.parquet"
+    argv = [str(exports[export]), "--input", str(source), "--output", str(output), "--task", task, *options]
+    assert batch(argv) == 0
+    table = pq.read_table(output)
+    model = _quiet(exports[export])
+    if task == "classify":
+        best = [labels[0] for labels in model.classify(texts)]
+        assert table.column_names[2:] == list(best[0])  # label, score: the pipeline's keys
+        columns = table.column("label").to_pylist(), table.column("score").to_pylist()
+        _close([{"label": label, "score": score} for label, score in zip(*columns, strict=True)], best)
+        return
+    strategy = options[1]
+    found = model.tag(texts, strategy, () if "--keep-all" in options else ("O",))
+    assert any(found)
+    rows = table.column("entities").to_pylist()
+    for ours, theirs in zip(rows, found, strict=True):
+        assert [list(e) for e in ours] == [list(e) for e in theirs]  # the same names, in the pipeline's order
+        for a, b in zip(ours, theirs, strict=True):
+            assert {k: v for k, v in a.items() if k != "score"} == {k: v for k, v in b.items() if k != "score"}
+            assert a["score"] == pytest.approx(b["score"], abs=1e-5)
+
+
+# -- help texts and shapes: what the code does --------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate Operation ID")  # the KServe and server routes' aliases
+def test_help_names_every_task_command_and_route(tiny_export: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from bertonnx.serve import create_app
+    from bertonnx.vocabulary import TASK_COMMANDS
+
+    assert main(["--help"]) == 0
+    description = capsys.readouterr().out.split("commands:")[0]
+    assert [c for c in TASK_COMMANDS if c != "batch" and c not in description] == []
+    assert main(["serve", "--help"]) == 0
+    serve_help = capsys.readouterr().out
+    paths = create_app(tiny_export, threads=1).openapi()["paths"]  # the app's routes (no model loaded)
+    missing = [p for p in paths if not p.startswith("/v2") and not re.search(re.escape(p) + r"(?![\w/])", serve_help)]
+    assert missing == []
+    assert "/v2/" in serve_help
+    assert main(["fill-mask", "--help"]) == 0
+    top_k = " ".join(capsys.readouterr().out.split("--top-k TOP_K")[-1].split()[:14])
+    assert "candidates per [MASK], not per input" in top_k
+    assert "answers per input" not in top_k
+
+
+def test_fill_mask_has_one_shape_on_every_surface(exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-mask string: per [MASK] a list of candidates, from Python, the command and HTTP alike (the pipeline
+    unwraps one mask; bertonnx keeps the call's shape, as docs/tasks.md says)."""
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    directory = exports["pretraining"]
+    python = _quiet(directory).fill_mask(MASKED[0])
+    assert len(python) == 1
+    assert isinstance(python[0], list)
+    assert main(["fill-mask", str(directory), MASKED[0], "--json"]) == 0
+    _close(json.loads(capsys.readouterr().out)["results"], [python])
+    with TestClient(create_app(directory, threads=1)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        _close(client.post("/fill_mask", json={"inputs": MASKED[0]}).json(), python)
+        _close(client.post("/fill_mask", json={"inputs": [MASKED[0]]}).json(), [python])

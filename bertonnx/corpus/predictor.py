@@ -105,7 +105,9 @@ class BertOnnxPredictor:
             warnings.simplefilter("ignore", RandomWeightsWarning)
             self.model = BertOnnx(model_dir, variant, threads=threads)
         check_model_task(self.model.manifest, task)
-        self.schema = output_schema(task, embedding_width(self.model.manifest, self.options))
+        self.schema = output_schema(
+            task, embedding_width(self.model.manifest, self.options), self.options.aggregation_strategy
+        )
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:
         """Compute one batch.

@@ -96,7 +96,9 @@ def run_ray_job(
     warn_if_random(manifest)  # once, here: the actors load the model quietly
     check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
-    schema = output_schema(options.task, embedding_width(manifest, options)).with_metadata(
+    schema = output_schema(
+        options.task, embedding_width(manifest, options), options.aggregation_strategy
+    ).with_metadata(
         output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
     )
     show = sys.stderr.isatty() if progress is None else progress

@@ -98,8 +98,12 @@ SERVE_COMMAND = Command(
     _arguments,
     run,
     extra="serve",
-    description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
-    "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
+    description="Serve a bertonnx export over HTTP, batched across requests by a token budget. Routes:\n"
+    "  TEI's      /embed /embed_sparse /predict /rerank /tokenize\n"
+    "  ours       /encode /fill_mask /tag /answer /choose (the heads' tasks)\n"
+    "  OpenAI's   /v1/embeddings\n"
+    "  KServe v2  /v2/...\n"
+    "  server     /health /ready /info /metrics",
     epilog="With --ray, --threads is per replica (default 1) and Ray reserves that many CPUs for each.",
     rewrite_argv=optional_address_argv,
 )
