@@ -302,3 +302,35 @@ def test_fill_mask_has_one_shape_on_every_surface(exports: dict[str, Path], caps
             time.sleep(0.05)
         _close(client.post("/fill_mask", json={"inputs": MASKED[0]}).json(), python)
         _close(client.post("/fill_mask", json={"inputs": [MASKED[0]]}).json(), [python])
+
+
+# -- one table of every option's default per surface ----------------------------------------------------------
+
+#: Python and command-line defaults that differ in spelling only (the same behaviour).
+SAME_BEHAVIOUR = {
+    ("normalize", None, False): "None and False: no scaling",
+    ("ignore_labels", ("O",), None): "the flag's None is the default list, ('O',)",
+}
+
+
+def test_the_defaults_table_is_in_the_docs() -> None:
+    from bertonnx.surface_defaults import defaults_table
+
+    table = defaults_table()
+    assert table in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    normalize = next(line for line in table.splitlines() if line.startswith("| `normalize`"))
+    assert "**protocol convention**" in normalize.split(" | ")[3]  # TEI's true, marked as the protocol's
+
+
+def test_python_defaults_are_the_commands() -> None:
+    from bertonnx.surface_defaults import python_defaults
+
+    differ = []
+    for option in OPTIONS.values():
+        for command, python in python_defaults(option).items():
+            if command not in option.commands:
+                continue  # a keyword the command does not take
+            cli = option.default_for(command)
+            if python != cli and (option.name, python, cli) not in SAME_BEHAVIOUR:
+                differ.append(f"{option.name} on {command}: Python {python!r}, command line {cli!r}")
+    assert differ == []
