@@ -14,6 +14,7 @@ import json
 
 from .cli import _add_model_args, _banner_to_stderr, _embed_texts, _head_call, _load
 from .command import EXIT_OK, ArgumentParser, Command
+from .surface import envelope
 
 __all__ = ["EMBED_SPARSE_COMMAND"]
 
@@ -25,7 +26,8 @@ SparseEncoder.encode cuts them.
 output:
   no --json   JSON lines on stdout, one {"text", "indices", "values", "tokens"} per text, in input order:
               its non-zero vocabulary ids (ascending), their weights and the vocabulary entries
-  --json      instead, one JSON object: variant, random_weights, top_k, threshold, results (the same objects)
+  --json      instead, one JSON object: model, variant, random_weights, results (the same objects), then
+              top_k and threshold
 An export that is not of a SparseEncoder folder (SPLADE pooling on an MLM head) is refused in one line."""
 
 
@@ -62,8 +64,15 @@ def cmd_embed_sparse(args: argparse.Namespace) -> int:
         for text, answer in zip(texts, answers, strict=True)
     ]
     if args.json:
-        about = {"variant": model.variant, "random_weights": model.manifest.random_weights}
-        print(json.dumps({**about, "top_k": args.top_k, "threshold": args.threshold, "results": results}))
+        found = envelope(
+            model.manifest.directory,
+            model.variant,
+            model.manifest.random_weights,
+            results,
+            top_k=args.top_k,
+            threshold=args.threshold,
+        )
+        print(json.dumps(found, ensure_ascii=False))
     else:
         for result in results:
             print(json.dumps(result, ensure_ascii=False))

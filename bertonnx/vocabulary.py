@@ -184,6 +184,10 @@ MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
 _EMBED_ONLY = Convention(note="--task embed")
 _TAG_ONLY = Convention(note="--task tag")
+#: As ``BertOnnx.classify``/``rerank``: an export of a sentence-transformers CrossEncoder cuts at its max_seq_length.
+_CROSS_ENCODER_CUTS = Convention(
+    default=None, note="a sentence-transformers CrossEncoder export cuts at its max_seq_length unless told otherwise"
+)
 
 
 def _declare(*options: Option) -> dict[str, Option]:
@@ -294,6 +298,8 @@ OPTIONS: Mapping[str, Option] = _declare(
             "embed-sparse": Convention(
                 default=None, note="it cuts at the export's max_seq_length unless told otherwise"
             ),
+            "classify": _CROSS_ENCODER_CUTS,
+            "rerank": _CROSS_ENCODER_CUTS,
         },
         http_field="truncate",
         http_default="absent: the server's --truncation",
@@ -369,13 +375,17 @@ OPTIONS: Mapping[str, Option] = _declare(
     Option(
         "top_k",
         "--top-k",
-        "answers per input, best first",
+        "how many answers, best first",
         ("classify", "fill-mask", "answer", "embed-sparse"),
         kind=positive_int,
         default=1,
         default_text="every weight",  # embed-sparse's None
         conventions={
-            "fill-mask": Convention(default=DEFAULT_TOP_K, note="per [MASK], as pipeline('fill-mask')"),
+            "classify": Convention(note="labels per input"),
+            "answer": Convention(note="answers per question"),
+            "fill-mask": Convention(
+                default=DEFAULT_TOP_K, note="candidates per [MASK], not per input, as pipeline('fill-mask')"
+            ),
             "embed-sparse": Convention(
                 default=None, note="the largest weights kept per text (SparseEncoder.encode's max_active_dims)"
             ),

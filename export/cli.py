@@ -19,6 +19,7 @@ from bertonnx.command import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, Command,
 from bertonnx.exit_codes import EXIT_VARIANT_REFUSED
 from bertonnx.files import check_output_dir
 from bertonnx.manifest import REFUSED_VARIANTS_KEY, VARIANT_FILES, read_manifest
+from bertonnx.surface import envelope
 from bertonnx.vocabulary import add_option
 
 from .errors import ExportError
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("export interrupted; nothing was written", EXIT_INTERRUPTED) from None
     if args.json:
         random_weights = read_manifest(target).random_weights
-        print(json.dumps({**manifest, "random_weights": random_weights}, indent=2))
+        print(json.dumps(envelope(target, None, random_weights, [], **manifest), indent=2))  # the manifest beside
     refused = [v for v in options.variants if v in manifest[REFUSED_VARIANTS_KEY]] if options.variants_named else []
     if refused:
         written = ", ".join(manifest["variants"])

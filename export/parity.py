@@ -39,6 +39,7 @@ from bertonnx.exit_codes import EXIT_BREACH, EXIT_OK, EXIT_USAGE  # noqa: F401 -
 from bertonnx.files import check_output_file, read_lines, write_atomic
 from bertonnx.info import source_text, weights_text
 from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manifest
+from bertonnx.surface import envelope
 
 from . import gate
 from .errors import ExportError
@@ -338,17 +339,20 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         write_report(Path(args.report), header, rows, problems)
     if args.json:
-        payload = {
-            "directory": str(manifest.directory),
-            "inputs": len(encoded),
-            "passed": not problems,
-            "random_weights": manifest.random_weights,
-            "variants": {
+        payload = envelope(  # the envelope of every command; parity has no per-input results
+            manifest.directory,
+            None,
+            manifest.random_weights,
+            [],
+            directory=str(manifest.directory),
+            inputs=len(encoded),
+            passed=not problems,
+            variants={
                 r.variant: {"passed": r.passed, "figures": r.figures, "token_mismatches": r.token_mismatches}
                 for r in results
             },
-            "breaches": problems,
-        }
+            breaches=problems,
+        )
         print(json.dumps(payload, indent=2))
     else:
         print("\n".join(line.removeprefix("- ") for line in header))

@@ -824,6 +824,7 @@ def _assert_embed_sparse_command(
         out = capsys.readouterr().out
         if "--json" in argv:
             payload = json.loads(out)
+            assert list(payload)[:4] == ["model", "variant", "random_weights", "results"]  # every command's envelope
             assert (payload["top_k"], payload["threshold"], payload["variant"]) == (None, threshold, "fp32")
             lines = payload["results"]
         else:

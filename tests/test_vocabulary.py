@@ -195,10 +195,10 @@ def test_http_fields_take_the_vocabulary_defaults() -> None:
 @pytest.mark.parametrize(
     ("argv", "answer"),
     [
-        (["embed", "one", "two words", "three more words"], lambda out: out["embeddings"]),
+        (["embed", "one", "two words", "three more words"], lambda out: out["results"]),
         (
             ["fill-mask", "the [MASK] is nice", "i [MASK] with you", "a [MASK]"],
-            lambda out: [[c["score"] for c in r["masks"][0]] for r in out["results"]],
+            lambda out: [[c["score"] for c in masks[0]] for masks in out["results"]],
         ),
     ],
     ids=["embed", "fill-mask"],

@@ -10,11 +10,12 @@ Output columns: ``id`` (int64), ``n_tokens`` (int32, including ``[CLS]``/``[SEP]
 (float32); ``encode`` -> ``last_hidden_state`` (list of ``n_tokens`` fixed-size float32 lists: valid
 tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2); ``classify`` -> ``label`` (string: the
 top label of the checkpoint's classifier) and ``score`` (float32, scored as
-``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of
-``{label, score, word, start, end}`` structs per row: :meth:`bertonnx.BertOnnx.tag`'s entities, ``label``
-being the pipeline's ``entity_group``, or ``entity`` with aggregation ``none``; ``start``/``end`` character
-offsets into the row's text). A ``tag`` row longer than the model's positions is tagged in windows when
-``stride`` is set, else rejected like any over-long row.
+``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of structs per row:
+:meth:`bertonnx.BertOnnx.tag`'s entities with ``pipeline("token-classification")``'s field names,
+``{entity_group, score, word, start, end}``, or with aggregation ``none`` ``{entity, score, index, word, start,
+end}``; ``start``/``end`` character offsets into the row's text). Every column and field is named as the
+Python method's answer (the pipeline's, where there is one). A ``tag`` row longer than the model's positions
+is tagged in windows when ``stride`` is set, else rejected like any over-long row.
 """
 
 from __future__ import annotations
@@ -59,11 +60,22 @@ HEAD_TASKS = ("nsp", "classify", "tag", "sparse")
 RUNTIME_TASKS = {"sparse": "embed_sparse"}
 #: One weight of the ``sparse`` task's ``sparse`` column: a vocabulary id and its SPLADE weight (TEI's names).
 SPARSE_TYPE = pa.struct([("index", pa.int32()), ("value", pa.float32())])
-#: One entity of the ``tag`` task's ``entities`` column.
+#: One entity of the ``tag`` task's ``entities`` column: ``pipeline("token-classification")``'s group.
 ENTITY_TYPE = pa.struct(
     [
-        ("label", pa.string()),
+        ("entity_group", pa.string()),
         ("score", pa.float32()),
+        ("word", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+    ]
+)
+#: One token of the ``entities`` column with aggregation ``none`` (the pipeline's names: ``entity``, ``index``).
+TOKEN_ENTITY_TYPE = pa.struct(
+    [
+        ("entity", pa.string()),
+        ("score", pa.float32()),
+        ("index", pa.int32()),
         ("word", pa.string()),
         ("start", pa.int32()),
         ("end", pa.int32()),
@@ -164,8 +176,9 @@ def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
     return min(width, options.dimensions) if options.task == "embed" and options.dimensions else width
 
 
-def output_schema(task: str, hidden_size: int) -> pa.Schema:
-    """The Parquet schema of a job's output for ``task`` and a model of ``hidden_size``.
+def output_schema(task: str, hidden_size: int, aggregation_strategy: str = "simple") -> pa.Schema:
+    """The Parquet schema of a job's output for ``task`` and a model of ``hidden_size`` (``tag``: its entities'
+    fields follow ``aggregation_strategy``, as the pipeline's do).
 
     Raises:
         ValueError: unknown ``task``.
@@ -185,7 +198,8 @@ def output_schema(task: str, hidden_size: int) -> pa.Schema:
             ("nsp_logits", pa.list_(pa.float32(), 2)),
         ]
     elif task == "tag":
-        fields.append(("entities", pa.list_(ENTITY_TYPE)))
+        entity = TOKEN_ENTITY_TYPE if aggregation_strategy == "none" else ENTITY_TYPE
+        fields.append(("entities", pa.list_(entity)))
     elif task == "sparse":
         fields.append(("sparse", pa.list_(SPARSE_TYPE)))
     else:
@@ -249,11 +263,10 @@ class ChunkResult:
         return table
 
 
-def _entity_row(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {"label": e.get("entity_group", e.get("entity")), **{k: e[k] for k in ("score", "word", "start", "end")}}
-        for e in found
-    ]
+def _entity_row(found: list[dict[str, Any]], kind: pa.StructType) -> list[dict[str, Any]]:
+    """The entities of one row as the column's structs: the fields of the pipeline's answer, by name."""
+    names = [kind.field(i).name for i in range(kind.num_fields)]
+    return [{name: entity[name] for name in names} for entity in found]
 
 
 def _struct_column(
@@ -261,7 +274,8 @@ def _struct_column(
 ) -> pa.Array:
     """tag's entities or sparse's weights as a list-of-structs column; with ``keep_rejected``, null rows where
     ``ok`` is False."""
-    rows = [_entity_row(found) for found in values] if kind.value_type == ENTITY_TYPE else values
+    entity = kind.value_type in (ENTITY_TYPE, TOKEN_ENTITY_TYPE)
+    rows = [_entity_row(found, kind.value_type) for found in values] if entity else values
     if keep_rejected:
         computed = iter(rows)
         return pa.array([next(computed) if good else None for good in ok], type=kind)

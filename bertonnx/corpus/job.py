@@ -131,9 +131,9 @@ def run_local_job(
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     model = BertOnnx(model_dir, variant, threads=threads)
     check_model_task(model.manifest, options.task)
-    schema = output_schema(options.task, embedding_width(model.manifest, options)).with_metadata(
-        output_metadata(model.manifest, variant, options, model.precision)
-    )
+    schema = output_schema(
+        options.task, embedding_width(model.manifest, options), options.aggregation_strategy
+    ).with_metadata(output_metadata(model.manifest, variant, options, model.precision))
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(count_rows(source) if show else None, show)
     rows = 0

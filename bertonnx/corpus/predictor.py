@@ -18,12 +18,14 @@ This module imports pyarrow but not Ray: the class is plain Python and can be tr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ..errors import RandomWeightsWarning
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
 from .compute import TaskOptions, check_model_task, compute_rows, embedding_width, output_schema
@@ -99,9 +101,13 @@ class BertOnnxPredictor:
         )
         self.text_column = text_column
         self.pair_column = pair_column
-        self.model = BertOnnx(model_dir, variant, threads=threads)
+        with warnings.catch_warnings():  # the driver warns once (run_ray_job), not once per actor
+            warnings.simplefilter("ignore", RandomWeightsWarning)
+            self.model = BertOnnx(model_dir, variant, threads=threads)
         check_model_task(self.model.manifest, task)
-        self.schema = output_schema(task, embedding_width(self.model.manifest, self.options))
+        self.schema = output_schema(
+            task, embedding_width(self.model.manifest, self.options), self.options.aggregation_strategy
+        )
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:
         """Compute one batch.
