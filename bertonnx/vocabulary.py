@@ -28,6 +28,7 @@ from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from .tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE
 
 __all__ = [
     "FIELD_NAMES",
@@ -166,12 +167,13 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch")
+TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch", "zero-shot")
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
 _EMBED_ONLY = Convention(note="--task embed")
 _TAG_ONLY = Convention(note="--task tag")
+_ZERO_SHOT_ONLY = Convention(note="--task zero-shot")
 
 
 def _declare(*options: Option) -> dict[str, Option]:
@@ -238,7 +240,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "zero-shot"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -451,6 +453,44 @@ OPTIONS: Mapping[str, Option] = _declare(
         kind=positive_int,
         default=512,
         http_field="",
+    ),
+    Option(
+        "candidate_labels",
+        "--candidate-labels",
+        "the labels to choose from, comma-separated (repeatable: the values are joined); Python and HTTP: a list, "
+        "or one comma-separated string",
+        ("zero-shot", "batch"),
+        action="append",
+        metavar="LABELS",
+        conventions={"zero-shot": Convention(required=True), "batch": _ZERO_SHOT_ONLY},
+        http_default="required",
+    ),
+    Option(
+        "hypothesis_template",
+        "--hypothesis-template",
+        "the hypothesis each label is put into, with {} where the label goes",
+        ("zero-shot", "batch"),
+        metavar="TEMPLATE",
+        default=DEFAULT_HYPOTHESIS_TEMPLATE,
+        conventions={"batch": _ZERO_SHOT_ONLY},
+    ),
+    Option(
+        "multi_label",
+        "--multi-label",
+        "score each label on its own (contradiction vs entailment) instead of sharing the probability among them",
+        ("zero-shot", "batch"),
+        action="store_true",
+        default=False,
+        conventions={"batch": _ZERO_SHOT_ONLY},
+    ),
+    Option(
+        "entailment_label",
+        "--entailment-label",
+        "the classifier's label meaning entailment",
+        ("zero-shot", "batch"),
+        metavar="LABEL",
+        default_text="the first label starting with 'entail', as the pipeline",
+        conventions={"batch": _ZERO_SHOT_ONLY},
     ),
 )
 

@@ -187,23 +187,23 @@ def test_a_long_text_is_cut_not_its_hypothesis(nli: dict[str, tuple[Path, Path]]
 
 def test_bad_input_is_one_clear_error(nli: dict[str, tuple[Path, Path]], tmp_path: Path, tiny_export: Path) -> None:
     model = BertOnnx(nli["bert"][1])
-    with pytest.raises(ValueError, match="candidate_labels is empty; give at least one label"):
+    with pytest.raises(ValueError, match=r"candidate_labels must be at least one label, got \[\]; give a list"):
         model.zero_shot("a text", [])
-    with pytest.raises(ValueError, match="candidate_labels is empty"):
+    with pytest.raises(ValueError, match="candidate_labels must be at least one label, got ' , '"):
         model.zero_shot("a text", " , ")
-    with pytest.raises(ValueError, match=r"hypothesis_template 'no slot' has no \{\} for the label; put \{\}"):
+    with pytest.raises(ValueError, match=r"hypothesis_template must be a template with \{\} where the label goes"):
         model.zero_shot("a text", ["a"], hypothesis_template="no slot")
-    with pytest.raises(ValueError, match="cannot be filled with a label"):
+    with pytest.raises(ValueError, match=r"str\.format refused it"):
         model.zero_shot("a text", ["a"], hypothesis_template="{label}")
     with pytest.raises(TypeError, match="multi_label must be a bool"):
         model.zero_shot("a text", ["a"], multi_label="yes")  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="leave no room for the text"):
         model.zero_shot("a text", ["word " * 600])
-    with pytest.raises(ValueError, match="entailment_label 'yes' is not a label of this export; it has"):
+    with pytest.raises(ValueError, match="entailment_label must be one of this export's labels: 'contradiction'"):
         model.zero_shot("a text", ["a"], entailment_label="yes")
     unnamed = _without_entailment(nli["bert"][1], tmp_path / "unnamed")
     other = BertOnnx(unnamed)
-    with pytest.raises(ValueError, match=r"none of this export's labels \('negative', 'neutral', 'positive'\)"):
+    with pytest.raises(ValueError, match=r"none of its labels \('negative', 'neutral', 'positive'\) starts with"):
         other.zero_shot("a text", ["a", "b"])
     named = other.zero_shot(TEXTS[:2], LABELS, entailment_label="positive")  # the override: same logits
     _assert_equal(named, model.zero_shot(TEXTS[:2], LABELS))
@@ -226,3 +226,90 @@ def _ready(client: Any) -> None:
     while client.get("/ready").status_code != 200:
         assert time.monotonic() < deadline
         time.sleep(0.02)
+
+
+def test_zero_shot_from_the_command(nli: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    from bertonnx.cli import main
+
+    export = nli["bert"][1]
+    model = BertOnnx(export)
+    offline = model.zero_shot(TEXTS[0], LABELS, multi_label=True, hypothesis_template="It is {}.")
+    argv = ["zero-shot", str(export), TEXTS[0], "--candidate-labels", "urgent, not urgent, phone"]
+    argv += ["--candidate-labels", "tablet,computer", "--multi-label", "--hypothesis-template", "It is {}.", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out) == offline
+    assert main(["zero-shot", str(export), *TEXTS[:2], "--candidate-labels", "phone,tablet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[1] for line in lines] == TEXTS[:2]
+    for argv, said in (
+        (["--candidate-labels", " , "], "--candidate-labels must be at least one label"),
+        (["--candidate-labels", "a", "--hypothesis-template", "no slot"], "--hypothesis-template must be a template"),
+        (["--candidate-labels", "a", "--entailment-label", "yes"], "--entailment-label must be one of this export's"),
+    ):
+        assert main(["zero-shot", str(export), "a text", *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert main(["zero-shot", str(export), "a text"]) == 2
+    assert "the following arguments are required: --candidate-labels" in capsys.readouterr().err
+
+
+def test_zero_shot_over_http(nli: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    export = nli["roberta"][1]
+    model = BertOnnx(export)
+    with TestClient(create_app(export)) as client:
+        _ready(client)
+        one = client.post("/zero_shot", json={"inputs": TEXTS[0], "candidate_labels": LABELS})
+        assert one.status_code == 200, one.text
+        _assert_equal(one.json(), model.zero_shot(TEXTS[0], LABELS))
+        body = {"inputs": TEXTS, "candidate_labels": "urgent, phone", "multi_label": True}
+        many = client.post("/zero_shot", json={**body, "hypothesis_template": "It is {}."})
+        assert many.status_code == 200, many.text
+        _assert_equal(
+            many.json(), model.zero_shot(TEXTS, "urgent, phone", multi_label=True, hypothesis_template="It is {}.")
+        )
+        for bad, said in (
+            ({"candidate_labels": []}, "candidate_labels must be at least one label"),
+            ({"candidate_labels": ["a"], "hypothesis_template": "no slot"}, "hypothesis_template must be a template"),
+            ({"candidate_labels": ["a"], "labels": ["b"]}, "unknown field 'labels'"),
+            ({"candidate_labels": ["a"], "entailment_label": "yes"}, "entailment_label must be one of"),
+        ):
+            answer = client.post("/zero_shot", json={"inputs": "a text", **bad})
+            assert answer.status_code == 422, answer.text
+            assert said in answer.json()["error"]
+    unnamed = _without_entailment(nli["bert"][1], tmp_path / "unnamed")
+    with TestClient(create_app(unnamed)) as client:
+        _ready(client)
+        answer = client.post("/zero_shot", json={"inputs": "a text", "candidate_labels": ["a"]})
+        assert answer.status_code == 422
+        assert "none of its labels ('negative', 'neutral', 'positive') starts with 'entail'" in answer.json()["error"]
+
+
+def test_zero_shot_corpus_job(nli: dict[str, tuple[Path, Path]], tmp_path: Path, capsys: Any) -> None:
+    import pyarrow.parquet as pq
+
+    from bertonnx.cli import main
+
+    export = nli["bert"][1]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in TEXTS), encoding="utf-8")
+    output = tmp_path / "out.parquet"
+    argv = ["batch", str(export), "--input", str(source), "--output", str(output), "--task", "zero-shot"]
+    assert main([*argv, "--candidate-labels", ",".join(LABELS), "--multi-label"]) == 0
+    table = pq.read_table(output)
+    assert table.column_names == ["id", "n_tokens", "labels", "scores"]
+    offline = BertOnnx(export).zero_shot(TEXTS, LABELS, multi_label=True)
+    rows = table.to_pylist()
+    for row, answer in zip(rows, offline, strict=True):
+        assert row["labels"] == answer["labels"]
+        np.testing.assert_allclose(row["scores"], answer["scores"], atol=1e-6)
+    assert rows[3]["n_tokens"] == len(LABELS) * MAX_TOKENS  # the long text: each pair cut to the positions
+    capsys.readouterr()
+    assert main([*argv]) == 2
+    assert "zero-shot needs its candidate labels" in capsys.readouterr().err
+    assert main([*argv, "--candidate-labels", "a", "--hypothesis-template", "x"]) == 2
+    assert "--hypothesis-template must be a template" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from ..batching import Batch, TokenSequence
-from ..errors import InputTooLongError
+from ..errors import InputTooLongError, OptionError
 from .base import Encoder, ModelFacts, PerInput, Prepared, check_bool, encoder_for
 from .nsp import softmax
 
@@ -58,7 +58,7 @@ def parse_labels(value: object) -> tuple[str, ...]:
 
     Raises:
         TypeError: not a string or a list of strings.
-        ValueError: no label, or an empty one.
+        OptionError: no label, or a blank one (a ``ValueError``).
     """
     if isinstance(value, str):
         labels = [label.strip() for label in value.split(",") if label.strip()]
@@ -72,13 +72,15 @@ def parse_labels(value: object) -> tuple[str, ...]:
             f"candidate_labels must be a list of strings or a comma-separated string, got {type(value).__name__}"
         )
     if not labels:
-        raise ValueError(
-            "candidate_labels is empty; give at least one label (a list, or a comma-separated string such as "
-            "'sports, politics')"
+        raise OptionError(
+            "candidate_labels",
+            value,
+            "at least one label",
+            "give a list, or a comma-separated string: 'sports, politics'",
         )
     for index, label in enumerate(labels):
         if not label.strip():
-            raise ValueError(f"candidate label {index} is empty; give each label as text")
+            raise OptionError("candidate_labels", value, "labels of some text", f"label {index} is blank")
     return tuple(labels)
 
 
@@ -87,17 +89,18 @@ def hypotheses(template: object, labels: Sequence[str]) -> tuple[str, ...]:
 
     Raises:
         TypeError: ``template`` is not a string.
-        ValueError: it has no ``{}`` for the label (or braces ``str.format`` cannot fill).
+        OptionError: it has no ``{}`` for the label, or braces ``str.format`` cannot fill (a ``ValueError``).
     """
     if not isinstance(template, str):
         raise TypeError(f"hypothesis_template must be a str, got {type(template).__name__}")
-    fix = 'put {} where the label goes, e.g. "This example is {}."'
+    expected = "a template with {} where the label goes"
+    fix = 'e.g. "This example is {}."'
     try:
         filled = tuple(template.format(label) for label in labels)
     except (IndexError, KeyError, ValueError) as exc:
-        raise ValueError(f"hypothesis_template {template!r} cannot be filled with a label ({exc}); {fix}") from None
+        raise OptionError("hypothesis_template", template, expected, f"str.format refused it ({exc}); {fix}") from None
     if filled[0] == template:
-        raise ValueError(f"hypothesis_template {template!r} has no {{}} for the label; {fix}")
+        raise OptionError("hypothesis_template", template, expected, fix)
     return filled
 
 
@@ -106,22 +109,25 @@ def entailment_index(labels: Sequence[str], entailment_label: str | None = None)
 
     Raises:
         TypeError: ``entailment_label`` is not a string.
-        ValueError: ``entailment_label`` is not a label of the export, or no label starts with ``entail``.
+        OptionError: ``entailment_label`` is not a label of the export, or none is given and no label starts
+            with ``entail`` (a ``ValueError``).
     """
     shown = ", ".join(repr(label) for label in labels)
     if entailment_label is not None:
         if not isinstance(entailment_label, str):
             raise TypeError(f"entailment_label must be a str, got {type(entailment_label).__name__}")
         if entailment_label not in labels:
-            raise ValueError(f"entailment_label {entailment_label!r} is not a label of this export; it has {shown}")
+            raise OptionError("entailment_label", entailment_label, f"one of this export's labels: {shown}")
         return list(labels).index(entailment_label)
     for index, label in enumerate(labels):
         if label.lower().startswith(ENTAILMENT_PREFIX):
             return index
-    raise ValueError(
-        f"zero-shot classification needs the entailment logit of an NLI classifier, and none of this export's "
-        f"labels ({shown}) starts with 'entail'. Pass entailment_label= the label that means entailment, or export "
-        "a checkpoint trained on NLI whose id2label names it"
+    raise OptionError(
+        "entailment_label",
+        None,
+        f"given for this export: zero-shot needs an NLI classifier's entailment logit, and none of its labels "
+        f"({shown}) starts with 'entail'",
+        "name the one meaning entailment, or export a checkpoint trained on NLI whose id2label names it",
     )
 
 
