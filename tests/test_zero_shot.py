@@ -281,6 +281,11 @@ def test_zero_shot_over_http(nli: dict[str, tuple[Path, Path]], tmp_path: Path) 
             answer = client.post("/zero_shot", json={"inputs": "a text", **bad})
             assert answer.status_code == 422, answer.text
             assert said in answer.json()["error"]
+        unknown = client.post("/zero_shot", json={"inputs": "a", "candidate_label": "b"})
+        assert unknown.status_code == 422
+        assert "did you mean 'candidate_labels'" in unknown.json()["error"]
+        assert '"candidate_labels": ["a", "b", ...]' in unknown.json()["error"]  # the route's example body
+        assert "/zero_shot" in client.get("/openapi.json").json()["paths"]
     unnamed = _without_entailment(nli["bert"][1], tmp_path / "unnamed")
     with TestClient(create_app(unnamed)) as client:
         _ready(client)
