@@ -138,6 +138,8 @@ def test_zero_shot_equals_the_pipeline(nli: dict[str, tuple[Path, Path]], name: 
     for options in ({}, {"multi_label": True}, {"hypothesis_template": "Dieser Text handelt von {}."}):
         found = model.zero_shot(TEXTS, LABELS, **options)
         _assert_equal(found, _pipeline(checkpoint, TEXTS, LABELS, **options))
+    odd = ["ünïcödé façade", "北京 汉字", "emoji 😀🎉", "a"]
+    _assert_equal(model.zero_shot(TEXTS, odd), _pipeline(checkpoint, TEXTS, odd))
     one = model.zero_shot(TEXTS[0], ["phone"])  # one label: scored against contradiction, as multi_label
     _assert_equal(one, _pipeline(checkpoint, TEXTS[0], ["phone"]))
     assert isinstance(one, dict)
