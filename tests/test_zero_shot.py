@@ -320,3 +320,20 @@ def test_zero_shot_corpus_job(nli: dict[str, tuple[Path, Path]], tmp_path: Path,
     assert "zero-shot needs its candidate labels" in capsys.readouterr().err
     assert main([*argv, "--candidate-labels", "a", "--hypothesis-template", "x"]) == 2
     assert "--hypothesis-template must be a template" in capsys.readouterr().err
+
+
+def test_zero_shot_ray_predictor_equals_offline(nli: dict[str, tuple[Path, Path]]) -> None:
+    """The callable Ray Data maps over a dataset (tried without a cluster) takes the zero-shot options too."""
+    import pyarrow as pa
+
+    from bertonnx.corpus.predictor import BertOnnxPredictor
+
+    export = nli["bert"][1]
+    predictor = BertOnnxPredictor(
+        str(export), task="zero-shot", candidate_labels=LABELS, hypothesis_template="It is {}."
+    )
+    out = predictor(pa.table({"id": [0, 1], "text": TEXTS[:2]})).to_pylist()
+    offline = BertOnnx(export).zero_shot(TEXTS[:2], LABELS, hypothesis_template="It is {}.")
+    for row, answer in zip(out, offline, strict=True):
+        assert row["labels"] == answer["labels"]
+        np.testing.assert_allclose(row["scores"], answer["scores"], atol=1e-6)
