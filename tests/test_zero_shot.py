@@ -320,6 +320,15 @@ def test_zero_shot_corpus_job(nli: dict[str, tuple[Path, Path]], tmp_path: Path,
     assert "zero-shot needs its candidate labels" in capsys.readouterr().err
     assert main([*argv, "--candidate-labels", "a", "--hypothesis-template", "x"]) == 2
     assert "--hypothesis-template must be a template" in capsys.readouterr().err
+    unnamed = _without_entailment(export, tmp_path / "unnamed")
+    assert main(["zero-shot", str(unnamed), "a text", "--candidate-labels", "a"]) == 2
+    err = capsys.readouterr().err
+    assert "--entailment-label must be given for this export" in err
+    assert "none of its labels ('negative', 'neutral', 'positive')" in err
+    argv[1] = str(unnamed)
+    assert main([*argv, "--candidate-labels", "a"]) == 2
+    assert "none of its labels ('negative', 'neutral', 'positive')" in capsys.readouterr().err
+    assert main([*argv, "--candidate-labels", "a", "--entailment-label", "positive"]) == 0
 
 
 def test_zero_shot_ray_predictor_equals_offline(nli: dict[str, tuple[Path, Path]]) -> None:
