@@ -1,5 +1,5 @@
 """The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
-walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
+choose, embed-sparse, walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
 :func:`bertonnx.command.run_command`: options may come anywhere, every command takes ``--debug``, and every
@@ -538,6 +538,7 @@ COMMANDS: dict[str, Command | str] = {
     "tag": "bertonnx.cli_spans:TAG_COMMAND",
     "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "choose": "bertonnx.cli_spans:CHOOSE_COMMAND",
+    "embed-sparse": "bertonnx.cli_sparse:EMBED_SPARSE_COMMAND",
     "zero-shot": "bertonnx.cli_zero_shot:ZERO_SHOT_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",

@@ -40,6 +40,7 @@ __all__ = [
     "flag",
     "ignore_labels",
     "markdown_table",
+    "non_negative_float",
     "non_negative_int",
     "positive_int",
 ]
@@ -64,6 +65,17 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
     return value
 
 
@@ -167,7 +179,19 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch", "zero-shot")
+TASK_COMMANDS = (
+    "nsp",
+    "embed",
+    "classify",
+    "rerank",
+    "fill-mask",
+    "tag",
+    "answer",
+    "choose",
+    "batch",
+    "embed-sparse",
+    "zero-shot",
+)
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
@@ -240,7 +264,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "zero-shot"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse", "zero-shot"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -272,7 +296,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "truncation",
         "--truncation",
         "cut inputs longer than the model takes (a pair: the longer text first) instead of refusing them",
-        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve"),
+        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve", "embed-sparse"),
         action="store_true",
         default=False,
         aliases={"--truncate": ("batch",), "--auto-truncate": ("serve",)},
@@ -280,6 +304,9 @@ OPTIONS: Mapping[str, Option] = _declare(
             "serve": Convention(note='for requests that do not send "truncate" (off: 422 naming the input)'),
             "embed": Convention(
                 default=None, note="a sentence-transformers export cuts at its max_seq_length unless told otherwise"
+            ),
+            "embed-sparse": Convention(
+                default=None, note="it cuts at the export's max_seq_length unless told otherwise"
             ),
         },
         http_field="truncate",
@@ -301,12 +328,12 @@ OPTIONS: Mapping[str, Option] = _declare(
         "prompt_name",
         "--prompt-name",
         "one of the export's sentence-transformers prompts, put before every text",
-        ("embed", "batch"),
+        ("embed", "batch", "embed-sparse"),
         metavar="NAME",
         conventions={"batch": _EMBED_ONLY},
         default_text="the export's default_prompt_name",
     ),
-    Option("prompt", "--prompt", "a prompt text put before every text", ("embed",), metavar="TEXT"),
+    Option("prompt", "--prompt", "a prompt text put before every text", ("embed", "embed-sparse"), metavar="TEXT"),
     Option(
         "dimensions",
         "--dimensions",
@@ -357,11 +384,27 @@ OPTIONS: Mapping[str, Option] = _declare(
         "top_k",
         "--top-k",
         "answers per input, best first",
-        ("classify", "fill-mask", "answer"),
+        ("classify", "fill-mask", "answer", "embed-sparse"),
         kind=positive_int,
         default=1,
-        conventions={"fill-mask": Convention(default=DEFAULT_TOP_K, note="per [MASK], as pipeline('fill-mask')")},
-        http_default=f"`/answer` 1, `/fill_mask` {DEFAULT_TOP_K} (`/predict`: every label, as TEI)",
+        default_text="every weight",  # embed-sparse's None
+        conventions={
+            "fill-mask": Convention(default=DEFAULT_TOP_K, note="per [MASK], as pipeline('fill-mask')"),
+            "embed-sparse": Convention(
+                default=None, note="the largest weights kept per text (SparseEncoder.encode's max_active_dims)"
+            ),
+        },
+        http_default=f"`/answer` 1, `/fill_mask` {DEFAULT_TOP_K} (`/predict`: every label, as TEI; `/embed_sparse`: "
+        "every weight)",
+    ),
+    Option(
+        "threshold",
+        "--threshold",
+        "keep only the weights above this",
+        ("embed-sparse",),
+        kind=non_negative_float,
+        default=0.0,
+        http_field="",
     ),
     Option(
         "raw_scores",
