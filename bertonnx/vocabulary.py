@@ -179,29 +179,32 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = (
-    "nsp",
-    "embed",
-    "classify",
-    "rerank",
-    "fill-mask",
-    "tag",
-    "answer",
-    "choose",
-    "batch",
-    "embed-sparse",
-    "zero-shot",
-)
+_HEAD_COMMANDS = ("classify", "rerank", "fill-mask", "tag", "answer", "choose")
+TASK_COMMANDS = ("nsp", "embed", *_HEAD_COMMANDS, "batch", "embed-sparse", "zero-shot")
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
 _EMBED_ONLY = Convention(note="--task embed")
 _TAG_ONLY = Convention(note="--task tag")
-_ZERO_SHOT_ONLY = Convention(note="--task zero-shot")
 
 
 def _declare(*options: Option) -> dict[str, Option]:
     return {option.name: option for option in options}
+
+
+_LABELS_HELP = "the labels, comma-separated (repeatable; Python and HTTP: a list, or one comma-separated string)"
+_TEMPLATE_HELP = "the hypothesis each label is put into, with {} where the label goes"
+_MULTI_LABEL_HELP = "score each label on its own (contradiction vs entailment), not sharing the probability among them"
+_ENTAIL = "the first label starting with 'entail', as the pipeline"
+
+
+def _zero_shot(name: str, text: str, *, required: bool = False, **declared: Any) -> Option:
+    """An option of ``zero-shot`` (``required``: that command cannot run without it), and of ``batch`` for
+    ``--task zero-shot``."""
+    conventions = {"zero-shot": Convention(required=required), "batch": Convention(note="--task zero-shot")}
+    return Option(
+        name, "--" + name.replace("_", "-"), text, ("zero-shot", "batch"), conventions=conventions, **declared
+    )
 
 
 #: Every shared option, by Python name, in the order of the table in docs/cli.md.
@@ -497,44 +500,12 @@ OPTIONS: Mapping[str, Option] = _declare(
         default=512,
         http_field="",
     ),
-    Option(
-        "candidate_labels",
-        "--candidate-labels",
-        "the labels to choose from, comma-separated (repeatable: the values are joined); Python and HTTP: a list, "
-        "or one comma-separated string",
-        ("zero-shot", "batch"),
-        action="append",
-        metavar="LABELS",
-        conventions={"zero-shot": Convention(required=True), "batch": _ZERO_SHOT_ONLY},
-        http_default="required",
+    _zero_shot(
+        "candidate_labels", _LABELS_HELP, required=True, action="append", metavar="LABELS", http_default="required"
     ),
-    Option(
-        "hypothesis_template",
-        "--hypothesis-template",
-        "the hypothesis each label is put into, with {} where the label goes",
-        ("zero-shot", "batch"),
-        metavar="TEMPLATE",
-        default=DEFAULT_HYPOTHESIS_TEMPLATE,
-        conventions={"batch": _ZERO_SHOT_ONLY},
-    ),
-    Option(
-        "multi_label",
-        "--multi-label",
-        "score each label on its own (contradiction vs entailment) instead of sharing the probability among them",
-        ("zero-shot", "batch"),
-        action="store_true",
-        default=False,
-        conventions={"batch": _ZERO_SHOT_ONLY},
-    ),
-    Option(
-        "entailment_label",
-        "--entailment-label",
-        "the classifier's label meaning entailment",
-        ("zero-shot", "batch"),
-        metavar="LABEL",
-        default_text="the first label starting with 'entail', as the pipeline",
-        conventions={"batch": _ZERO_SHOT_ONLY},
-    ),
+    _zero_shot("hypothesis_template", _TEMPLATE_HELP, metavar="TEMPLATE", default=DEFAULT_HYPOTHESIS_TEMPLATE),
+    _zero_shot("multi_label", _MULTI_LABEL_HELP, action="store_true", default=False),
+    _zero_shot("entailment_label", "the classifier's label meaning entailment", metavar="LABEL", default_text=_ENTAIL),
 )
 
 #: The runtime's option names that HTTP spells otherwise (a protocol's own names, e.g. TEI's ``truncate``).
