@@ -485,6 +485,8 @@ class BertOnnx(HeadMethods):
             has_head = has_head and self.manifest.num_labels == 1
         elif task in ("fill_mask", "embed_sparse"):
             has_head = has_head and self._mlm_session is not None
+        elif task == "zero_shot":  # any classifier of two labels or more; its labels are judged by the task
+            has_head = "classify" in self.tasks and (self.manifest.num_labels or 0) >= 2
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
 

@@ -449,5 +449,13 @@ TASKS: Mapping[str, TaskRow] = {
         TaskRow("answer", "qa", "question-answering head", ("ForQuestionAnswering",), "", "extractive answers"),
         TaskRow("choose", "choice", "multiple-choice head", ("ForMultipleChoice",), "", "the best of several choices"),
         TaskRow("encode", None, "graph", (), "any checkpoint", "every graph output"),
+        TaskRow(
+            "zero_shot",
+            "classifier",
+            "NLI classification head",
+            ("ForSequenceClassification",),
+            "trained on NLI (an 'entailment' label among its id2label)",
+            "candidate labels ranked by an NLI classifier",
+        ),
     )
 }

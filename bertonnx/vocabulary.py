@@ -28,6 +28,7 @@ from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from .tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE
 
 __all__ = [
     "FIELD_NAMES",
@@ -178,7 +179,8 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch", "embed-sparse")
+_HEAD_COMMANDS = ("classify", "rerank", "fill-mask", "tag", "answer", "choose")
+TASK_COMMANDS = ("nsp", "embed", *_HEAD_COMMANDS, "batch", "embed-sparse", "zero-shot")
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
@@ -192,6 +194,21 @@ _CROSS_ENCODER_CUTS = Convention(
 
 def _declare(*options: Option) -> dict[str, Option]:
     return {option.name: option for option in options}
+
+
+_LABELS_HELP = "the labels, comma-separated (repeatable; Python and HTTP: a list, or one comma-separated string)"
+_TEMPLATE_HELP = "the hypothesis each label is put into, with {} where the label goes"
+_MULTI_LABEL_HELP = "score each label on its own (contradiction vs entailment), not sharing the probability among them"
+_ENTAIL = "the first label starting with 'entail', as the pipeline"
+
+
+def _zero_shot(name: str, text: str, *, required: bool = False, **declared: Any) -> Option:
+    """An option of ``zero-shot`` (``required``: that command cannot run without it), and of ``batch`` for
+    ``--task zero-shot``."""
+    conventions = {"zero-shot": Convention(required=required), "batch": Convention(note="--task zero-shot")}
+    return Option(
+        name, "--" + name.replace("_", "-"), text, ("zero-shot", "batch"), conventions=conventions, **declared
+    )
 
 
 #: Every shared option, by Python name, in the order of the table in docs/cli.md.
@@ -254,7 +271,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse", "zero-shot"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -493,6 +510,12 @@ OPTIONS: Mapping[str, Option] = _declare(
         default=512,
         http_field="",
     ),
+    _zero_shot(
+        "candidate_labels", _LABELS_HELP, required=True, action="append", metavar="LABELS", http_default="required"
+    ),
+    _zero_shot("hypothesis_template", _TEMPLATE_HELP, metavar="TEMPLATE", default=DEFAULT_HYPOTHESIS_TEMPLATE),
+    _zero_shot("multi_label", _MULTI_LABEL_HELP, action="store_true", default=False),
+    _zero_shot("entailment_label", "the classifier's label meaning entailment", metavar="LABEL", default_text=_ENTAIL),
 )
 
 #: The runtime's option names that HTTP spells otherwise (a protocol's own names, e.g. TEI's ``truncate``).

@@ -55,6 +55,8 @@ def _arguments(parser: ArgumentParser) -> None:
         add_option(parser, name, "batch")
     for name in ("ignore_labels", "keep_all"):
         add_option(parser, name, "batch")
+    for name in ("candidate_labels", "hypothesis_template", "multi_label", "entailment_label"):
+        add_option(parser, name, "batch")
     parser.add_argument(
         "--on-error",
         choices=ON_ERROR_MODES,
@@ -105,6 +107,10 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         ignore_labels=ignore_labels(args),
         prompt_name=args.prompt_name,
         dimensions=args.dimensions,
+        candidate_labels=",".join(args.candidate_labels) if args.candidate_labels else None,
+        hypothesis_template=args.hypothesis_template,
+        multi_label=args.multi_label,
+        entailment_label=args.entailment_label,
     )
 
 

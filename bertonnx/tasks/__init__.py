@@ -25,6 +25,7 @@ from .fill_mask import FillMask
 from .graph import Graph
 from .nsp import NSP_SCORES, Nsp, is_next_probability, nsp_labels, softmax
 from .tag import Tag
+from .zero_shot import ZeroShot
 
 __all__ = [
     "DEFAULT_POOLING",
@@ -46,6 +47,7 @@ __all__ = [
     "Rerank",
     "Tag",
     "Task",
+    "ZeroShot",
     "is_next_probability",
     "make_task",
     "normalize_rows",
@@ -67,6 +69,7 @@ TASK_TYPES: dict[str, Any] = {
     "answer": Answer,
     "choose": Choose,
     "encode": Graph,
+    "zero_shot": ZeroShot,
 }
 
 

@@ -10,6 +10,9 @@
   in: one answer out). A long context is searched in overlapping windows, never refused for its length;
   ``truncate`` means nothing here (nothing is ever cut), so ``"truncate": true`` is a 422 that says so.
 - ``/choose``: per context, the best of its choices and every choice's probability (a multiple-choice head).
+- ``/zero_shot``: ``{"inputs", "candidate_labels", "hypothesis_template", "multi_label", "entailment_label"}`` -> per
+  text ``{"sequence", "labels", "scores"}`` as ``pipeline("zero-shot-classification")`` (one text in: one answer out);
+  every (text, hypothesis) pair is one unit of the scheduler.
 
 Every unit (a text, a window, a context-choice pair) goes through the shared scheduler; ``--max-client-batch-size``
 counts texts, questions or contexts, the body limit bounds the characters, and the queue's limits the units.
@@ -32,6 +35,8 @@ from ..protocol import (
     MaskCandidate,
     TagRequest,
     TokenEntity,
+    ZeroShotRequest,
+    ZeroShotResult,
 )
 from ..state import ServerState
 from .server import ERROR_RESPONSES
@@ -143,5 +148,22 @@ def task_routes(state: ServerState) -> APIRouter:
             )
         _, found = await pipeline.run(state, request, task, contexts, groups, field="context", size_check=False)
         return pipeline.json_answer(found[0] if single else found, request)
+
+    @router.post("/zero_shot", response_model=ZeroShotResult | list[ZeroShotResult], responses=ERROR_RESPONSES)
+    async def zero_shot(body: ZeroShotRequest, request: Request) -> Response:
+        """The candidate labels of each text ranked by the NLI classifier, as transformers'
+        ``pipeline("zero-shot-classification")``."""
+        model, _ = state.require_model()
+        task = pipeline.task(
+            model,
+            "zero_shot",
+            candidate_labels=body.candidate_labels,
+            hypothesis_template=body.hypothesis_template,
+            multi_label=body.multi_label,
+            entailment_label=body.entailment_label,
+            truncation=body.truncate,
+        )
+        _, found = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
+        return pipeline.json_answer(found[0] if isinstance(body.inputs, str) else found, request)
 
     return router
