@@ -245,8 +245,8 @@ def test_every_command_prints_its_usage_without_the_extras() -> None:
         assert result.stdout.startswith(f"usage: bertonnx {name} "), result.stdout
         assert "--debug" in result.stdout
     overview = run_cli("--help", blocked=EXTRAS_STACK)
-    assert re.search(r"\n  export +export a checkpoint \(BERT, RoBERTa", overview.stdout)  # any column width
-    assert re.search(r"\n  serve +serve DIR over HTTP", overview.stdout)
+    assert re.search(r"\n  export +export a checkpoint \(BERT, RoBERTa", overview.stdout), overview.stdout
+    assert re.search(r"\n  serve +serve DIR over HTTP", overview.stdout), overview.stdout
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
