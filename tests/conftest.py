@@ -267,6 +267,20 @@ def minilm_export(
     return outdir
 
 
+@pytest.fixture(scope="session")
+def minilm_st_export(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path
+) -> Path:
+    """The all-MiniLM-L6-v2 sentence-transformers folder exported without flags (every variant), as docs/export.md
+    shows: its default embedding is ``encode``'s."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    outdir = tmp_path_factory.mktemp("minilm-st") / "model"
+    with announce(request, "exporting the all-MiniLM-L6-v2 folder without flags (real weights)"):
+        run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint)), log=lambda message: None)
+    return outdir
+
+
 #: Seed of the sharpened token-classification and QA heads (see :func:`sharp_checkpoint`).
 SHARPEN_SEED = 7
 

@@ -64,6 +64,7 @@ EXPORT_FIXTURES = {
     "tiny": "tiny_export",
     "bert-base": "bert_base_export",
     "minilm": "minilm_export",
+    "minilm-st": "minilm_st_export",
     "tiny-classifier": "tiny_classifier_export",
     "tiny-reranker": "tiny_reranker_export",
     "ner": "tiny_ner_export",
@@ -72,7 +73,7 @@ EXPORT_FIXTURES = {
 DEFAULT_EXPORTS = {"bert-base-uncased": "bert-base", "minilm": "minilm"}
 #: Exports the runtime-only venv has (prebuilt, see conftest); a block needing another is not torch-free.
 TORCH_FREE_EXPORTS = ("tiny", "bert-base")
-SLOW_EXPORTS = ("bert-base", "minilm")
+SLOW_EXPORTS = ("bert-base", "minilm", "minilm-st")
 DEFAULT_TIMEOUT_S = 600
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: The address the README's server examples use (``bertonnx serve``'s default) and how long the harness

@@ -600,13 +600,10 @@ def embed_export(export: Path, texts: list[str], variant: str = "fp32", batch: i
 
 
 @pytest.mark.slow
-def test_minilm_folder_exported_without_flags_gives_encode(
-    minilm_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_minilm_folder_exported_without_flags_gives_encode(minilm_checkpoint: Path, minilm_st_export: Path) -> None:
     """The real all-MiniLM-L6-v2 folder, exported without flags: its default embedding is ``encode``'s (mean
     pooling, Normalize, cut at max_seq_length 256), not the pooler output it gave before."""
-    outdir = tmp_path_factory.mktemp("minilm-st") / "model"
-    run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint)), log=lambda message: None)
+    outdir = minilm_st_export
     block = read_manifest(outdir).data["sentence_transformers"]
     assert block["max_seq_length"] == 256
     assert [s["type"] for s in block["steps"]] == ["pooling", "normalize"]
