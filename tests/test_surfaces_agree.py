@@ -284,6 +284,7 @@ def test_help_names_every_task_command_and_route(tiny_export: Path, capsys: pyte
     assert "answers per input" not in top_k
 
 
+@pytest.mark.filterwarnings("ignore::bertonnx.RandomWeightsWarning")  # the server loads the random copy
 def test_fill_mask_has_one_shape_on_every_surface(exports: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     """A one-mask string: per [MASK] a list of candidates, from Python, the command and HTTP alike (the pipeline
     unwraps one mask; bertonnx keeps the call's shape, as docs/tasks.md says)."""
