@@ -538,6 +538,7 @@ COMMANDS: dict[str, Command | str] = {
     "tag": "bertonnx.cli_spans:TAG_COMMAND",
     "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "choose": "bertonnx.cli_spans:CHOOSE_COMMAND",
+    "detect-replaced": "bertonnx.cli_spans:DETECT_REPLACED_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

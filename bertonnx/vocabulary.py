@@ -166,7 +166,18 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch")
+TASK_COMMANDS = (
+    "nsp",
+    "embed",
+    "classify",
+    "rerank",
+    "fill-mask",
+    "tag",
+    "answer",
+    "choose",
+    "batch",
+    "detect-replaced",
+)
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
@@ -238,7 +249,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "detect-replaced"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -270,7 +281,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "truncation",
         "--truncation",
         "cut inputs longer than the model takes (a pair: the longer text first) instead of refusing them",
-        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve"),
+        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve", "detect-replaced"),
         action="store_true",
         default=False,
         aliases={"--truncate": ("batch",), "--auto-truncate": ("serve",)},
