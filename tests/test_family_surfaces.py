@@ -113,6 +113,25 @@ def test_server_routes_equal_offline(family_export: Any, family: str) -> None:
         encodings = [*model.encode([TEXTS[1]]), *model.encode([PAIR[0]], [PAIR[1]])]
         assert [t["ids"] for t in tokens] == [e.ids for e in encodings]
         assert [t["tokens"] for t in tokens] == [e.tokens for e in encodings]
+        # KServe v2: the family's own graph inputs (no token_type_ids where it has no segments)
+        metadata = _ok(client.get(f"/v2/models/{export.name}"))
+        assert [i["name"] for i in metadata["inputs"]] == list(FAMILIES[family].inputs)
+        (encoding,) = model.encode([TEXTS[1]])
+        feeds = {
+            "input_ids": encoding.ids,
+            "attention_mask": [1] * len(encoding.ids),
+            "token_type_ids": encoding.type_ids,
+        }
+        body = {
+            "inputs": [
+                {"name": name, "shape": [1, len(encoding.ids)], "datatype": "INT64", "data": feeds[name]}
+                for name in FAMILIES[family].inputs
+            ],
+            "outputs": [{"name": "last_hidden_state"}],
+        }
+        (output,) = _ok(client.post(f"/v2/models/{export.name}/infer", json=body))["outputs"]
+        states = np.array(output["data"], dtype=np.float32).reshape(output["shape"])[0]
+        np.testing.assert_allclose(states, model([TEXTS[1]]).token_states(0), atol=1e-5, rtol=0)
     # sequence classification: /predict over texts and a pair; /rerank on a one-logit classifier
     export = family_export(_class(family, "ForSequenceClassification"))[1]
     model = _load(export)
