@@ -186,7 +186,7 @@ class Runners:
         self.torch = torch
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
         fp32 = transformers.AutoModel.from_pretrained(str(checkpoint)).eval()
-        bf16 = transformers.AutoModel.from_pretrained(str(checkpoint), torch_dtype=torch.bfloat16).eval()
+        bf16 = transformers.AutoModel.from_pretrained(str(checkpoint), dtype=torch.bfloat16).eval()
         self.torch_models = {"torch fp32": fp32, "torch bf16": bf16}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeded weights saved as a checkpoint: nothing to warn about here
@@ -380,7 +380,7 @@ All four runners share one process, so onnxruntime's idle threads do not spin (t
 torch). Each runner's output is checked against torch fp32 before it is timed. A family's speed-up over torch is
 compared with BERT's: "within" means within ±{WITHIN:.0%} of it. How: `benchmarks/families.py`.
 
-Reproduce (about 30 minutes on 2 cores; alone on the machine):
+Reproduce (about 30-60 minutes on 2 cores, alone on the machine; one family at base size took 11 minutes on a busy one):
 
 ```text
 flock /work/team/timing.lock python -m benchmarks.families --out benchmarks/FAMILIES.md --json benchmarks/families.json
