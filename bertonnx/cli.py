@@ -39,8 +39,8 @@ MODULE_PAIR = ("the weather is nice", "i agree with you")
 MODULE_MASKED = "the capital of france is [MASK]."
 DESCRIPTION = (
     "Run BERT-family encoders and their heads on onnxruntime, without PyTorch: embed, embed-sparse, nsp,\n"
-    "classify, rerank, zero-shot, fill-mask, tag, answer and choose, from this command, over HTTP (serve) or on\n"
-    "a corpus (batch)."
+    "classify, rerank, zero-shot, fill-mask, tag, answer, choose and detect-replaced, from this command, over\n"
+    "HTTP (serve) or on a corpus (batch)."
 )
 
 
@@ -523,6 +523,7 @@ COMMANDS: dict[str, Command | str] = {
     "choose": "bertonnx.cli_spans:CHOOSE_COMMAND",
     "embed-sparse": "bertonnx.cli_sparse:EMBED_SPARSE_COMMAND",
     "zero-shot": "bertonnx.cli_zero_shot:ZERO_SHOT_COMMAND",
+    "detect-replaced": "bertonnx.cli_spans:DETECT_REPLACED_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

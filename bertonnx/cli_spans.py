@@ -1,4 +1,5 @@
-"""``bertonnx tag``, ``answer`` and ``choose``: entities, extractive answers and multiple choice from the command line.
+"""``bertonnx tag``, ``answer``, ``choose`` and ``detect-replaced``: entities, extractive answers, multiple choice
+and replaced token detection from the command line.
 
 Both print one line per entity or answer, ``start``/``end`` character offsets into the text as given, or
 with ``--json`` the envelope of every command (:func:`bertonnx.surface.envelope`) whose ``results`` are the
@@ -19,7 +20,7 @@ from .model import BertOnnx
 from .surface import envelope, random_banner
 from .vocabulary import ignore_labels
 
-__all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
+__all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "DETECT_REPLACED_COMMAND", "TAG_COMMAND"]
 
 
 def _print_json(model: BertOnnx, results: list[Any]) -> None:
@@ -186,4 +187,54 @@ CHOOSE_COMMAND = Command(
     _choose_arguments,
     cmd_choose,
     epilog=CHOOSE_EPILOG,
+)
+
+
+# -- detect-replaced ---------------------------------------------------------------------------------
+
+DETECT_REPLACED_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input).
+output: per text its tokens (special tokens left out), one per line: P(replaced), start:end (character
+offsets into the text) and the text the token covers, marked with * when P(replaced) > 0.5; --json prints every
+command's envelope (model, variant, random_weights, results), results holding per text one list of
+{"index", "token", "start", "end", "score"}. Needs an ElectraForPreTraining export."""
+#: P(replaced) above which the text output marks a token.
+REPLACED_MARK = 0.5
+
+
+def _detect_replaced_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser, "detect-replaced", "input", "truncation", "batch_size")
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to check (or use --input)")
+
+
+def cmd_detect_replaced(args: argparse.Namespace) -> int:
+    if bool(args.texts) == (args.input is not None):
+        raise CommandError("give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither")
+    texts = list(args.texts) if args.texts else read_lines(args.input, "--input")
+    model = _load(args)
+    try:
+        found = model.detect_replaced(texts, truncation=args.truncation, batch_size=args.batch_size)
+    except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
+        raise CommandError(describe_error(exc)) from exc
+    if args.json:
+        _print_json(model, found)
+        return EXIT_OK
+    lines = [_banner(model)]
+    for index, (text, tokens) in enumerate(zip(texts, found, strict=True)):
+        if len(texts) > 1:
+            lines.append(f"# text {index}")
+        for token in tokens:
+            mark = "*" if token["score"] > REPLACED_MARK else " "
+            covered = text[token["start"] : token["end"]]
+            lines.append(f"{mark} {token['score']:.4f}  {token['start']}:{token['end']}  {covered!r}")
+    print("\n".join(line for line in lines if line))
+    return EXIT_OK
+
+
+DETECT_REPLACED_COMMAND = Command(
+    "detect-replaced",
+    "per token of each TEXT, the probability it was replaced (ELECTRA's discriminator: ElectraForPreTraining)",
+    _detect_replaced_arguments,
+    cmd_detect_replaced,
+    epilog=DETECT_REPLACED_EPILOG,
 )

@@ -1,4 +1,5 @@
-"""``BertOnnx``'s methods for its checkpoint's heads: classify, rerank, fill-mask, tag, answer, choose, zero-shot.
+"""``BertOnnx``'s methods for its checkpoint's heads: classify, rerank, fill-mask, tag, answer, choose, zero-shot
+and replaced token detection.
 
 They live in their own module so each file reads in one sitting; like every method of :class:`bertonnx.BertOnnx`
 they only build their task (:func:`bertonnx.tasks.make_task`: the options checked, the defaults chosen) and run its
@@ -23,6 +24,7 @@ from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int
 from .tasks.choose import Choice
 from .tasks.classify import LabelScore, RankedIndex
+from .tasks.detect_replaced import ReplacedToken
 from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill, Targets
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
 from .tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE, ZeroShotAnswer
@@ -528,5 +530,47 @@ class HeadMethods:
             entailment_label=entailment_label,
             truncation=truncation,
         )
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return found[0] if isinstance(texts, str) else found
+
+    @overload
+    def detect_replaced(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, *, truncation: bool = ..., batch_size: int = ..., max_batch_tokens: int = ...
+    ) -> list[ReplacedToken]: ...
+
+    @overload
+    def detect_replaced(
+        self, texts: Iterable[str], *, truncation: bool = ..., batch_size: int = ..., max_batch_tokens: int = ...
+    ) -> list[list[ReplacedToken]]: ...
+
+    def detect_replaced(
+        self,
+        texts: str | Iterable[str],
+        *,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[ReplacedToken] | list[list[ReplacedToken]]:
+        """Replaced token detection by ELECTRA's discriminator: per token, the probability that it was replaced
+        (``torch.sigmoid(ElectraForPreTraining(...).logits)``), special tokens dropped.
+
+        Args:
+            texts: a string, or an iterable of strings.
+            truncation: cut texts longer than the model's positions instead of raising.
+            batch_size: texts per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one string, its tokens in order, each ``{"index", "token", "start", "end", "score"}``:
+            its position among the input's tokens (the first special token is 0), its vocabulary string, its
+            character offsets into the text (``text[start:end]`` is the token as written) and ``P(replaced)``
+            as a float; for an iterable, one such list per text.
+
+        Raises:
+            HeadMissingError: the export has no replaced-token-detection head (it is not ElectraForPreTraining).
+            TypeError: a text is not a string, or an option has the wrong type.
+            ValueError: a text is longer than the model's positions without truncation.
+        """
+        task = self.task("detect_replaced", truncation=truncation)
         found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
         return found[0] if isinstance(texts, str) else found

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from .model import BertOnnx
 from .vocabulary import OPTIONS, Option, field_name
 
-__all__ = ["METHODS", "NONE_MEANS", "PROTOCOL_CONVENTIONS", "defaults_table", "python_defaults"]
+__all__ = ["METHODS", "NONE_MEANS", "PROTOCOL_CONVENTIONS", "defaults_table", "markdown_table", "python_defaults"]
 
 #: The :class:`~bertonnx.BertOnnx` method behind each command that runs one (``BertOnnx()``: the constructor).
 METHODS: Mapping[str, str] = {
@@ -104,4 +104,34 @@ def defaults_table() -> str:
         corpus = _shown(option, option.default_for("batch"), False) if "batch" in option.commands else "–"
         row = [f"`{option.name}` ({option.flag})", python, cli, "; ".join(http) or "–", corpus]
         lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def _default(option: Option, value: object) -> str:
+    if option.action == "store_true":
+        return "on" if value else "off"
+    return option.default_text or "–" if value is None else f"`{value}`"
+
+
+def markdown_table() -> str:
+    """The table of docs/cli.md: every shared option, its names and its default per surface."""
+    lines = [
+        "| Python | flag | commands | default | HTTP field: default |",
+        "|---|---|---|---|---|",
+    ]
+    for option in OPTIONS.values():
+        python = f"`{option.name}`" if option.python is None else f"`{option.python}`" if option.python else "–"
+        flags = f"`{option.flag}`" + "".join(
+            f" (old: `{alias}` on {', '.join(commands)})" for alias, commands in option.aliases.items()
+        )
+        default = _default(option, option.default) + "".join(
+            f"; {command}: {_default(option, c.default)}" for command, c in option.conventions.items() if c.sets_default
+        )
+        http = "–"
+        if option.http_field != "":
+            shown = option.http_default or json.dumps(option.default)
+            if option.default is None and option.default_text and not option.http_default:
+                shown += f" ({option.default_text})"
+            http = f"`{field_name(option.name)}`: {shown}"
+        lines.append(f"| {python} | {flags} | {', '.join(option.commands)} | {default} | {http} |")
     return "\n".join(lines)

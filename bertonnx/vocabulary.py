@@ -39,7 +39,6 @@ __all__ = [
     "field_name",
     "flag",
     "ignore_labels",
-    "markdown_table",
     "non_negative_float",
     "non_negative_int",
     "positive_int",
@@ -97,6 +96,11 @@ class Convention:
     note: str = ""
     required: bool = False
     metavar: str | None = None
+
+    @property
+    def sets_default(self) -> bool:
+        """Whether the command has a default of its own (else the option's)."""
+        return self.default is not _SHARED
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ class Option:
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
 _HEAD_COMMANDS = ("classify", "rerank", "fill-mask", "tag", "answer", "choose")
-TASK_COMMANDS = ("nsp", "embed", *_HEAD_COMMANDS, "batch", "embed-sparse", "zero-shot")
+TASK_COMMANDS = ("nsp", "embed", *_HEAD_COMMANDS, "batch", "embed-sparse", "zero-shot", "detect-replaced")
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
@@ -271,7 +275,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse", "zero-shot"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse", "zero-shot", "detect-replaced"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -303,7 +307,19 @@ OPTIONS: Mapping[str, Option] = _declare(
         "truncation",
         "--truncation",
         "cut inputs longer than the model takes (a pair: the longer text first) instead of refusing them",
-        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve", "embed-sparse"),
+        (
+            "tokenize",
+            "nsp",
+            "embed",
+            "classify",
+            "rerank",
+            "fill-mask",
+            "choose",
+            "batch",
+            "serve",
+            "embed-sparse",
+            "detect-replaced",
+        ),
         action="store_true",
         default=False,
         aliases={"--truncate": ("batch",), "--auto-truncate": ("serve",)},
@@ -566,35 +582,3 @@ def ignore_labels(args: argparse.Namespace) -> tuple[str, ...]:
     if args.keep_all:
         return ()
     return tuple(label for label in args.ignore_labels or DEFAULT_IGNORE_LABELS if label)
-
-
-def _default(option: Option, value: object) -> str:
-    if option.action == "store_true":
-        return "on" if value else "off"
-    return option.default_text or "–" if value is None else f"`{value}`"
-
-
-def markdown_table() -> str:
-    """The table of docs/cli.md: every shared option, its names and its default per surface."""
-    lines = [
-        "| Python | flag | commands | default | HTTP field: default |",
-        "|---|---|---|---|---|",
-    ]
-    for option in OPTIONS.values():
-        python = f"`{option.name}`" if option.python is None else f"`{option.python}`" if option.python else "–"
-        flags = f"`{option.flag}`" + "".join(
-            f" (old: `{alias}` on {', '.join(commands)})" for alias, commands in option.aliases.items()
-        )
-        default = _default(option, option.default) + "".join(
-            f"; {command}: {_default(option, c.default)}"
-            for command, c in option.conventions.items()
-            if c.default is not _SHARED
-        )
-        http = "–"
-        if option.http_field != "":
-            shown = option.http_default or json.dumps(option.default)
-            if option.default is None and option.default_text and not option.http_default:
-                shown += f" ({option.default_text})"
-            http = f"`{field_name(option.name)}`: {shown}"
-        lines.append(f"| {python} | {flags} | {', '.join(option.commands)} | {default} | {http} |")
-    return "\n".join(lines)

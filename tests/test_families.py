@@ -5,15 +5,15 @@ Each class of each family is built tiny and seeded with a tokenizer of the famil
 takes the family's inputs, the manifest's token limit is the usable positions, and the runtime's tokens and
 answers equal transformers' on the same checkpoint over unicode, pairs and inputs longer than the limit.
 
-Exports are session-scoped and built on first use; every class exports fp32, and one class per family also
-the optimized and int8 variants (the whole file stays within a few minutes on 2 cores).
+Exports are session-scoped (``family_export``, in conftest.py, shared with tests/test_family_surfaces.py) and
+built on first use; every class exports fp32, and one class per family also the optimized and int8 variants (the
+whole file stays within a few minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +26,14 @@ from bertonnx.manifest import read_manifest
 from bertonnx.table import FAMILIES
 from bertonnx.tokenizer import TextTokenizer
 
-from .conftest import WHEEL_CACHE
-from .families import CLASSES, build_family_checkpoint, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
+from .conftest import FAMILY_FULL_VARIANTS, WHEEL_CACHE
+from .families import CLASSES, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ALL_CLASSES = [name for names in CLASSES.values() for name in names]
-#: The class of each family that also exports the optimized and int8 variants.
-FULL_VARIANTS = {
-    "RobertaForSequenceClassification",
-    "XLMRobertaForSequenceClassification",
-    "DistilBertForSequenceClassification",
-    "MPNetForSequenceClassification",
-    "ElectraForPreTraining",
-}
-VARIANTS = ("fp32", "optimized", "int8")
+FULL_VARIANTS = FAMILY_FULL_VARIANTS
 EXACT_ATOL = 1e-4
 _LONG = (
     "The history of natural language processing generally started in the 1950s, although work can be found "
@@ -72,36 +64,6 @@ MASK_IS_BERTS = {"distilbert", "electra"}
 
 def _family_of(architecture: str) -> str:
     return next(family for family, names in CLASSES.items() if architecture in names)
-
-
-@pytest.fixture(scope="session")
-def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path, list[str]]]:
-    """``architecture -> (checkpoint, export, export log)``, each built once per session on first use."""
-    from bertonnx_export.pipeline import ExportOptions, run_export
-
-    root = tmp_path_factory.mktemp("families")
-    built: dict[str, tuple[Path, Path, list[str]]] = {}
-
-    def get(architecture: str) -> tuple[Path, Path, list[str]]:
-        import torch
-
-        if architecture not in built:
-            checkpoint = build_family_checkpoint(architecture, root / architecture / "checkpoint")
-            outdir = root / architecture / "model"
-            log: list[str] = []
-            variants = VARIANTS if architecture in FULL_VARIANTS else ("fp32",)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)  # a tiny model: one thread is 25x faster than two on a busy 2-core machine
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    run_export(ExportOptions(outdir=outdir, model=str(checkpoint), variants=variants), log=log.append)
-            finally:
-                torch.set_num_threads(threads)
-            built[architecture] = (checkpoint, outdir, log)
-        return built[architecture]
-
-    return get
 
 
 def _load(export: Path, variant: str = "fp32") -> BertOnnx:

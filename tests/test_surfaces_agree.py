@@ -121,7 +121,7 @@ CASES: dict[str, tuple[str, list[str], Callable[[BertOnnx], list[Any]] | None]] 
 def test_every_json_command_is_checked() -> None:
     exported = {"export", "parity"}  # the export extra's commands: tests/test_random_weights.py
     # need exports of their own heads; their tests check the envelope: tests/test_sentence.py, test_zero_shot.py
-    own = {"embed-sparse", "zero-shot"}
+    own = {"embed-sparse", "zero-shot", "detect-replaced"}  # and tests/test_detect_replaced.py
     assert set(OPTIONS["json"].commands) - exported - own <= {name.split("-output")[0] for name in CASES}
 
 

@@ -29,7 +29,6 @@ from bertonnx.vocabulary import (
     field_name,
     flag,
     ignore_labels,
-    markdown_table,
 )
 
 from .conftest import ROOT
@@ -155,6 +154,8 @@ def test_add_option_refuses_what_the_vocabulary_does_not_say() -> None:
 
 
 def test_docs_table_is_the_vocabulary() -> None:
+    from bertonnx.surface_defaults import markdown_table
+
     assert markdown_table() in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 

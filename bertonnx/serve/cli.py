@@ -100,7 +100,7 @@ SERVE_COMMAND = Command(
     extra="serve",
     description="Serve a bertonnx export over HTTP, batched across requests by a token budget. Routes:\n"
     "  TEI's      /embed /embed_sparse /predict /rerank /tokenize\n"
-    "  ours       /encode /fill_mask /tag /answer /choose /zero_shot (the heads' tasks)\n"
+    "  ours       /encode /fill_mask /tag /answer /choose /zero_shot /detect_replaced (the heads' tasks)\n"
     "  OpenAI's   /v1/embeddings\n"
     "  KServe v2  /v2/...\n"
     "  server     /health /ready /info /metrics",

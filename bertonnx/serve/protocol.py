@@ -86,6 +86,7 @@ REQUEST_EXAMPLES = {
     '"truncate": false}',
     "/zero_shot": '{"inputs": "text" or ["text", ...], "candidate_labels": ["a", "b", ...] or "a, b", '
     '"hypothesis_template": "This example is {}.", "multi_label": false, "entailment_label": null, "truncate": null}',
+    "/detect_replaced": '{"inputs": "text" or ["text", ...], "truncate": false}',
     "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
     "infer": '{"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [101, 7592, 999, 102]},'
     " ... attention_mask, token_type_ids]}",
@@ -356,6 +357,27 @@ class EntityGroup(BaseModel):
     word: str = Field(description="its tokens decoded (lower-cased by an uncased model)")
     start: int = Field(description="character offset of its first character in the text")
     end: int = Field(description="character offset after its last character: text[start:end] is the entity")
+
+
+class DetectReplacedRequest(Body):
+    """``POST /detect_replaced``: per token of each text, the probability it was replaced (ELECTRA)."""
+
+    inputs: StrictStr | list[StrictStr] = Field(
+        description="a text or a list of texts", examples=["the chef cooked the meal"]
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class ReplacedTokenAnswer(BaseModel):
+    """One token of a text and the probability that it was replaced (special tokens are left out)."""
+
+    index: int = Field(description="the token's position in the tokenized text (the first special token is 0)")
+    token: str = Field(description="the token as the vocabulary spells it")
+    start: int = Field(description="character offset of its first character in the text")
+    end: int = Field(description="character offset after its last character: text[start:end] is the token")
+    score: float = Field(description="P(replaced): the sigmoid of the discriminator's logit")
 
 
 class AnswerRequest(Body):

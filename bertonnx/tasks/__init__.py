@@ -19,6 +19,7 @@ from .answer import Answer
 from .base import Encoder, ModelFacts, PerInput, Prepared, Task
 from .choose import Choose
 from .classify import Classify, Rerank
+from .detect_replaced import DetectReplaced
 from .embed import DEFAULT_POOLING, POOLING_MODES, Embed, normalize_rows, pool, pooling_outputs
 from .embed_sparse import EmbedSparse
 from .fill_mask import FillMask
@@ -35,6 +36,7 @@ __all__ = [
     "Answer",
     "Choose",
     "Classify",
+    "DetectReplaced",
     "Embed",
     "EmbedSparse",
     "Encoder",
@@ -68,6 +70,7 @@ TASK_TYPES: dict[str, Any] = {
     "tag": Tag,
     "answer": Answer,
     "choose": Choose,
+    "detect_replaced": DetectReplaced,
     "encode": Graph,
     "zero_shot": ZeroShot,
 }

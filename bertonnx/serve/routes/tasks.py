@@ -1,4 +1,5 @@
-"""The heads' own routes: ``/fill_mask``, ``/tag``, ``/answer`` and ``/choose`` (TEI has none of them).
+"""The heads' own routes: ``/fill_mask``, ``/tag``, ``/answer``, ``/choose`` and ``/detect_replaced`` (TEI has none
+of them).
 
 - ``/fill_mask``: per text, per ``[MASK]``, the ``top_k`` candidates of ``pipeline("fill-mask")`` (one text in:
   its list of masks out).
@@ -13,6 +14,8 @@
 - ``/zero_shot``: ``{"inputs", "candidate_labels", "hypothesis_template", "multi_label", "entailment_label"}`` -> per
   text ``{"sequence", "labels", "scores"}`` as ``pipeline("zero-shot-classification")`` (one text in: one answer out);
   every (text, hypothesis) pair is one unit of the scheduler.
+- ``/detect_replaced``: ``{"inputs", "truncate"}`` -> per text its tokens with offsets and ``P(replaced)``
+  (ELECTRA's discriminator; one text in: one list out).
 
 Every unit (a text, a window, a context-choice pair) goes through the shared scheduler; ``--max-client-batch-size``
 counts texts, questions or contexts, the body limit bounds the characters, and the queue's limits the units.
@@ -30,9 +33,11 @@ from ..protocol import (
     AnswerSpan,
     ChoiceAnswer,
     ChooseRequest,
+    DetectReplacedRequest,
     EntityGroup,
     FillMaskRequest,
     MaskCandidate,
+    ReplacedTokenAnswer,
     TagRequest,
     TokenEntity,
     ZeroShotRequest,
@@ -163,6 +168,19 @@ def task_routes(state: ServerState) -> APIRouter:
             entailment_label=body.entailment_label,
             truncation=body.truncate,
         )
+        _, found = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
+        return pipeline.json_answer(found[0] if isinstance(body.inputs, str) else found, request)
+
+    @router.post(
+        "/detect_replaced",
+        response_model=list[ReplacedTokenAnswer] | list[list[ReplacedTokenAnswer]],
+        responses=ERROR_RESPONSES,
+    )
+    async def detect_replaced(body: DetectReplacedRequest, request: Request) -> Response:
+        """Replaced token detection (ELECTRA's discriminator): per token of each text, special tokens left out,
+        its offsets and the probability that it was replaced (one text in: one list out)."""
+        model, _ = state.require_model()
+        task = pipeline.task(model, "detect_replaced", truncation=truncation(state, body.truncate))
         _, found = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
         return pipeline.json_answer(found[0] if isinstance(body.inputs, str) else found, request)
 
