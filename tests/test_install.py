@@ -68,6 +68,7 @@ def test_the_wheel_holds_only_our_names_and_leaves_the_clone_clean(clone: Path, 
     assert "bertonnx/py.typed" in names
     assert "bertonnx_export/assets/bert-base-uncased/vocab.txt" in names
     assert "bertonnx_export/assets/bert-base-uncased/config.json" in names
+    assert "bertonnx_export/assets/bert_uncased_L-2_H-128_A-2/config.json" in names
     assert not [n for n in names if n.split("/")[0] in ("export", "benchmarks", "tests", "tools")]
     assert _git(clone, "status", "--porcelain", "--untracked-files=all") == ""  # no build/ left behind
     assert not (clone / "build").exists()
