@@ -121,6 +121,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     Raises:
         UsageError: the reference cannot be loaded, or it is not the exported architecture.
     """
+    from .heads import seeded_labels
     from .source import load_source
 
     weights = manifest.weights
@@ -139,6 +140,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
             allow_random_heads=bool(weights.get("random_heads")),
             revision=revision,
             task=manifest.architecture,
+            labels=seeded_labels(manifest),
         )
     except ExportError as exc:
         raise UsageError(

@@ -152,6 +152,33 @@ def test_parity_and_bench_take_options_anywhere() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "advice"),
+    [
+        # a hub id given where an export is expected: export that id (not bert-base-uncased into a folder so named)
+        ("dslim/bert-base-NER", "`bertonnx export dslim/bert-base-NER models/bert-base-NER`"),
+        # a folder not made yet (the hub keeps "models/" for its own pages, so it is no model id)
+        ("models/sentiment", "`bertonnx export bert-base-uncased models/sentiment`"),
+        # a transformers checkpoint (config.json, no bertonnx.json): export it
+        ("checkpoint", "is a checkpoint, not a bertonnx export: it has no bertonnx.json. Export it first"),
+    ],
+)
+def test_a_missing_model_folder_gets_advice_that_fits_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, advice: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "config.json").write_text("{}", encoding="utf-8")
+    code = main(["tag", given, "Angela Merkel met Emmanuel Macron."])
+    line = one_line(capsys.readouterr().err)
+    assert code == EXIT_USAGE, line
+    assert advice in line
+    if given == "dslim/bert-base-NER":
+        assert "bert-base-uncased" not in line
+    if given == "checkpoint":
+        assert "`bertonnx export checkpoint models/checkpoint`" in line
+
+
+@pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["embed", "{dir}", "some text", "--pooling", "max"], "argument --pooling: invalid choice: 'max'"),
