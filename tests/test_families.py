@@ -1,4 +1,4 @@
-"""Every encoder family beyond BERT (issue 31): RoBERTa, XLM-RoBERTa, DistilBERT, MPNet and ELECTRA.
+"""Every encoder family beyond BERT (issue 31): RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ELECTRA and ModernBERT.
 
 Each class of each family is built tiny and seeded with a tokenizer of the family's kind trained here
 (:mod:`tests.families`), exported without flags and checked: the gate passed on every variant built, the graph
@@ -40,6 +40,7 @@ FULL_VARIANTS = {
     "DistilBertForSequenceClassification",
     "MPNetForSequenceClassification",
     "ElectraForPreTraining",
+    "ModernBertForSequenceClassification",
 }
 VARIANTS = ("fp32", "optimized", "int8")
 EXACT_ATOL = 1e-4
@@ -130,8 +131,9 @@ def test_every_class_exports_through_the_gate(family_export: Any, architecture: 
     assert manifest.model_type == family.model_type
     assert manifest.input_names == family.inputs
     assert ("token_type_ids" in manifest.input_names) == (family.model_type in ("bert", "electra"))
-    assert manifest.max_position_embeddings == 512  # usable tokens, also where 514 positions are embedded
-    assert manifest.config.get("position_embeddings", 512) == 512 + family.position_offset
+    usable = 8192 if family.model_type == "modernbert" else 512  # ModernBERT: rotary positions, 8,192 of them
+    assert manifest.max_position_embeddings == usable  # usable tokens, also where 514 positions are embedded
+    assert manifest.config.get("position_embeddings", usable) == usable + family.position_offset
     for variant, record in manifest.variants.items():
         assert record["parity"]["passed"], (variant, record["parity"])
         assert record["parity"]["last_hidden_state_max_abs"] <= (EXACT_ATOL if variant != "int8" else 0.05)
@@ -336,7 +338,7 @@ def test_adapter_reads_the_specials_from_the_files(tokenizer_dirs: dict[str, Pat
     )
     assert ours.special_tokens_single == reference.num_special_tokens_to_add(pair=False) == 2
     assert ours.special_tokens_pair == reference.num_special_tokens_to_add(pair=True)
-    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra") else 4)
+    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "modernbert") else 4)
 
 
 @pytest.mark.parametrize("family", list(CLASSES))
