@@ -259,6 +259,13 @@ class Family:
         return max_position_embeddings - self.position_offset
 
 
+#: Why ModernBERT has no ``optimized`` variant (onnxruntime 1.32's optimizer on a ModernBERT graph: 0 Attention,
+#: only LayerNorm and GELU).
+MODERNBERT_NO_FUSION = (
+    "onnxruntime's BERT optimizer fuses none of ModernBERT's attention layers (rotary positions on the packed QKV "
+    "and the sliding-window mask are a pattern its Attention fusion does not match; it fuses only LayerNorm and "
+    "GELU); use fp32 or int8"
+)
 _NO_SEGMENTS = ("input_ids", "attention_mask")
 _SEGMENTS = ("input_ids", "attention_mask", "token_type_ids")
 FAMILIES: Mapping[str, Family] = {
@@ -330,6 +337,21 @@ FAMILIES: Mapping[str, Family] = {
                 "mlm": ("generator_predictions", "generator_lm_head"),
                 "choice": ("sequence_summary", "classifier"),
                 "discriminator": ("discriminator_predictions",),
+            },
+        ),
+        Family(
+            "modernbert",
+            "ModernBert",
+            _NO_SEGMENTS,
+            False,
+            ENCODER_ARCHITECTURES,
+            base="model",
+            onnx_config="ModernBertOnnxConfig",
+            fusion=None,
+            no_fusion=MODERNBERT_NO_FUSION,
+            head_modules={
+                "mlm": ("head", "decoder"),
+                **{head: ("head", "classifier") for head in ("classifier", "token_classifier", "qa", "choice")},
             },
         ),
     )

@@ -523,7 +523,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "token limit, special tokens included",
         ("tokenize",),
         kind=positive_int,
-        default=512,
+        default_text="the model's positions",
         http_field="",
     ),
     _zero_shot(

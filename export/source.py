@@ -333,10 +333,17 @@ def _weight_names(path: Path) -> list[str]:
 def _head_kinds(names: list[str], family: Family) -> set[str]:
     """Heads whose parameters appear in ``names`` (``classifier`` stands for a sequence or token classifier:
     the two have the same parameter names)."""
+    kinds = {head: "classifier" if head in CLASSIFIER_HEADS else head for head in head_prefixes(family)}
+    owners: dict[str, set[str]] = {}
+    for head, prefixes in head_prefixes(family).items():
+        for prefix in prefixes:
+            owners.setdefault(prefix, set()).add(kinds[head])
     found = set()
     for head, prefixes in head_prefixes(family).items():
-        if any(name.startswith(prefixes) for name in names):
-            found.add("classifier" if head in CLASSIFIER_HEADS else head)
+        # a module several kinds of head share (ModernBERT's ``head.`` transform) tells none of them apart
+        telling = tuple(prefix for prefix in prefixes if len(owners[prefix]) == 1)
+        if any(name.startswith(telling) for name in names):
+            found.add(kinds[head])
     return found
 
 

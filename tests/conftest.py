@@ -413,6 +413,7 @@ FAMILY_FULL_VARIANTS = {
     "DistilBertForSequenceClassification",
     "MPNetForSequenceClassification",
     "ElectraForPreTraining",
+    "ModernBertForSequenceClassification",
 }
 FAMILY_VARIANTS = ("fp32", "optimized", "int8")
 
