@@ -27,7 +27,7 @@ from bertonnx.table import FAMILIES
 from bertonnx.tokenizer import TextTokenizer
 
 from .conftest import FAMILY_FULL_VARIANTS, WHEEL_CACHE
-from .families import CLASSES, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
+from .families import CLASSES, build_family_checkpoint, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
