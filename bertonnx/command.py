@@ -29,6 +29,7 @@ import importlib
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -254,9 +255,22 @@ def run_command(command: Command, argv: Sequence[str] | None = None, prog: str |
             return exc.code if isinstance(exc.code, int) else EXIT_OK
         if command.extra is not None:
             require_extra(command.extra, f"`{name}`")
-        return int(command.run(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning(name)
+            return int(command.run(args))
 
     return _guarded(name, DEBUG_OPTION in _options_part(argv), work)
+
+
+def _one_line_warning(name: str) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command: one ``NAME: warning: MESSAGE`` line on stderr, not Python's two
+    lines with a source path and a code line (a fill-mask target that is no token, a library's notice)."""
+
+    def show(message: Warning | str, category: type[Warning], *rest: object, **keywords: object) -> None:
+        text = " ".join(str(message).split())
+        print(f"{name}: warning: {text}", file=sys.stderr, flush=True)
+
+    return show
 
 
 def _load(entry: Command | str) -> Command:

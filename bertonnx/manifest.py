@@ -292,8 +292,14 @@ class Manifest:
     @property
     def tasks(self) -> tuple[str, ...]:
         """Runtime tasks this export offers among ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``,
-        ``tag``, ``answer`` (``graph``, the raw outputs, is offered by every export and not listed)."""
-        return tuple(self.task["tasks"])
+        ``tag``, ``answer``, ``choose``, ``embed_sparse``, ``detect_replaced`` and ``zero_shot`` (``graph``, the raw
+        outputs, is offered by every export and not listed). ``zero_shot`` is listed for a classifier whose labels
+        name entailment (an NLI model); any classifier of two labels or more runs it given ``entailment_label``."""
+        offered = tuple(str(name) for name in self.task["tasks"])
+        labels = (self.id2label or {}).values()
+        if "classify" in offered and "zero_shot" not in offered and any(_is_entailment(label) for label in labels):
+            offered += ("zero_shot",)
+        return offered
 
     @property
     def heads(self) -> dict[str, str]:
@@ -378,6 +384,8 @@ class Manifest:
 
 #: ``owner/name`` as the hub spells a model id.
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: A name with no folder in it (``bert-base-uncased``): a hub id without an owner, or a folder here.
+_BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 #: First path parts the hub keeps for its own pages, so no model id starts with them: ``models/x`` is a folder.
 _HUB_RESERVED = frozenset({"models", "datasets", "spaces", "docs", "api"})
 
@@ -420,6 +428,12 @@ def read_manifest(model_dir: str | Path) -> Manifest:
                 f"model directory {model_dir} does not exist; it looks like a hub id. Export that model first, "
                 f"then pass the folder: `bertonnx export {model_dir} models/{str(model_dir).split('/')[1]}`."
             )
+        if _BARE_NAME.fullmatch(str(model_dir)):  # bert-base-uncased: a hub id without an owner, or a folder name
+            raise ModelDirectoryError(
+                f"model directory {model_dir} does not exist. If it is a hub id, export it first, then pass the "
+                f"folder: `bertonnx export {model_dir} models/{model_dir}`; a folder of that name is made by "
+                f"`bertonnx export bert-base-uncased {model_dir}` (add `--weights random` offline)."
+            )
         raise ModelDirectoryError(
             f"model directory {directory} does not exist. Create one with "
             f"`bertonnx export bert-base-uncased {directory}` (add `--weights random` offline)."
@@ -457,3 +471,8 @@ def read_manifest(model_dir: str | Path) -> Manifest:
         for name, rec in data["files"].items()
     }
     return Manifest(directory=directory, data=data, files=files)
+
+
+def _is_entailment(label: str) -> bool:
+    """Whether a classifier label names entailment (``pipeline("zero-shot-classification")``'s test)."""
+    return label.lower().startswith("entail")

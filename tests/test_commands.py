@@ -156,6 +156,8 @@ def test_parity_and_bench_take_options_anywhere() -> None:
     [
         # a hub id given where an export is expected: export that id (not bert-base-uncased into a folder so named)
         ("dslim/bert-base-NER", "`bertonnx export dslim/bert-base-NER models/bert-base-NER`"),
+        # a bare name: a hub id without an owner (exported into models/, not into a folder of the same name)
+        ("bert-base-uncased", "`bertonnx export bert-base-uncased models/bert-base-uncased`"),
         # a folder not made yet (the hub keeps "models/" for its own pages, so it is no model id)
         ("models/sentiment", "`bertonnx export bert-base-uncased models/sentiment`"),
         # a transformers checkpoint (config.json, no bertonnx.json): export it
@@ -361,3 +363,23 @@ def test_the_bertonnx_script_is_a_thin_entry_point() -> None:
     result = subprocess.run([str(script), "emebd"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert result.returncode == EXIT_USAGE
     assert "did you mean `embed`?" in one_line(result.stderr)
+
+
+def test_a_warning_is_one_line_naming_the_command(capsys: pytest.CaptureFixture[str], tiny_export: Path) -> None:
+    """A fill-mask target that is no token warns (as the pipeline) in one line, not Python's source path and
+    code line."""
+    assert main(["fill-mask", str(tiny_export), "a [MASK] b", "--target", "zzzzqqq", "--json"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "zzzzqqq" in line]
+    assert len(err) == 1, err
+    assert err[0].startswith("bertonnx fill-mask: warning: "), err
+    assert ".py:" not in err[0]
+
+
+def test_a_host_not_of_this_machine_names_the_host_not_the_port() -> None:
+    """Binding fails locally (EADDRNOTAVAIL); no packet leaves the machine. 192.0.2.1 is a documentation address."""
+    pytest.importorskip("uvicorn")
+    from bertonnx.serve.cli import check_listen_address
+
+    with pytest.raises(ValueError, match=r"--host 192\.0\.2\.1 is not an address of this machine; use one") as caught:
+        check_listen_address("192.0.2.1", 8123)
+    assert "--port" not in str(caught.value)

@@ -10,6 +10,7 @@ Ray Serve replicas (:mod:`.ray_serve`), with the same options.
 from __future__ import annotations
 
 import argparse
+import errno
 import socket
 import sys
 import warnings
@@ -46,10 +47,13 @@ def check_listen_address(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL or not port:  # the host is not this machine's, whatever the port
+                raise ValueError(
+                    f"cannot listen on {host}:{port} ({exc.strerror}): --host {host} is not an address of this "
+                    f"machine; use one of its own, such as {DEFAULT_HOST}"
+                ) from None
             raise ValueError(
                 f"cannot listen on {host}:{port} ({exc.strerror}); pick another --port, or stop what holds it"
-                if port
-                else f"cannot listen on {host} ({exc.strerror}); use an address of this machine with --host"
             ) from None
 
 

@@ -95,6 +95,8 @@ REQUEST_EXAMPLES = {
 
 #: What an ``inputs`` field takes: texts; one pair or a list of pairs; texts and pairs.
 TEXTS, PAIRS, TEXTS_OR_PAIRS = "texts", "pairs", "texts or pairs"
+#: A field that takes a list only (TEI's ``/rerank`` ``texts``): one string is refused as such.
+TEXT_LIST = "text list"
 _JSON_KINDS = {str: "a string", bool: "a boolean", int: "a number", float: "a number", dict: "an object"}
 
 
@@ -121,18 +123,23 @@ def describe_inputs(value: object, accepts: str) -> str:
             f'one pair must be 2 strings ["sentence A", "sentence B"]; got {len(value)} items and item {bad} is '
             f"{_kind(value[bad])}"
         )
-    item_ok = {TEXTS: lambda v: isinstance(v, str), PAIRS: _is_pair}.get(
+    item_ok = {TEXTS: lambda v: isinstance(v, str), TEXT_LIST: lambda v: isinstance(v, str), PAIRS: _is_pair}.get(
         accepts, lambda v: isinstance(v, str) or _is_pair(v)
     )
     item_text = {
         TEXTS: "every input must be a string",
+        TEXT_LIST: "every text must be a string",
         PAIRS: 'each pair must be 2 strings ["sentence A", "sentence B"]',
     }.get(accepts, 'each input must be a string or a pair of 2 strings ["sentence A", "sentence B"]')
     if isinstance(value, list):
         for index, item in enumerate(value):
             if not item_ok(item):
                 return f"item {index} is {_kind(item)}; {item_text}"
-    whole = {TEXTS: "a string or a list of strings", PAIRS: 'one pair ["sentence A", "sentence B"] or a list of pairs'}
+    whole = {
+        TEXTS: "a string or a list of strings",
+        TEXT_LIST: 'a list of strings (one text is ["text"])',
+        PAIRS: 'one pair ["sentence A", "sentence B"] or a list of pairs',
+    }
     return f"must be {whole.get(accepts, 'a string or a list of strings and pairs')}; got {_kind(value)}"
 
 
@@ -287,7 +294,7 @@ class RerankRequest(Body):
     raw_scores: StrictBool = Field(default=False, description="the logit instead of its sigmoid")
     return_text: StrictBool = Field(default=False, description="add each text to its result")
 
-    check_texts = _inputs_check("texts", TEXTS)
+    check_texts = _inputs_check("texts", TEXT_LIST)
 
 
 class Rank(BaseModel):
