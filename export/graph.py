@@ -151,9 +151,14 @@ class MlmHead(torch.nn.Module):
         return hidden_states
 
 
-def _heads_onnx_config(row: HeadRow) -> type[OnnxConfig]:
+def graph_inputs(model: PreTrainedModel) -> tuple[str, ...]:
+    """The main graph's inputs for ``model``: its family's, with ``token_type_ids`` where the family takes them
+    only from a config that embeds segments (DeBERTa with ``type_vocab_size > 0``)."""
+    return row_of(model).family.graph_inputs(getattr(model.config, "type_vocab_size", None))
+
+
+def _heads_onnx_config(row: HeadRow, inputs: tuple[str, ...]) -> type[OnnxConfig]:
     family_config: type[OnnxConfig] = getattr(model_configs, row.family.onnx_config)
-    inputs = row.family.inputs
     outputs = row.outputs
 
     class HeadsOnnxConfig(family_config):  # type: ignore[valid-type,misc]
@@ -186,13 +191,11 @@ def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET)
     """
     module = WithHeads(model).eval()
     expected = module.row.outputs
-    config = _heads_onnx_config(module.row)(model.config, task="feature-extraction")
+    wanted = graph_inputs(model)
+    config = _heads_onnx_config(module.row, wanted)(model.config, task="feature-extraction")
     inputs, outputs = optimum_export(module, config, path, opset=opset)
-    if tuple(inputs) != module.row.family.inputs or tuple(outputs) != expected:
-        raise ExportError(
-            f"exported graph has inputs {inputs} and outputs {outputs}, expected {module.row.family.inputs} and "
-            f"{expected}"
-        )
+    if tuple(inputs) != wanted or tuple(outputs) != expected:
+        raise ExportError(f"exported graph has inputs {inputs} and outputs {outputs}, expected {wanted} and {expected}")
     _check(path, "graph")
 
 

@@ -40,6 +40,7 @@ FULL_VARIANTS = {
     "DistilBertForSequenceClassification",
     "MPNetForSequenceClassification",
     "ElectraForPreTraining",
+    "DebertaV2ForSequenceClassification",
 }
 VARIANTS = ("fp32", "optimized", "int8")
 EXACT_ATOL = 1e-4
@@ -336,7 +337,7 @@ def test_adapter_reads_the_specials_from_the_files(tokenizer_dirs: dict[str, Pat
     )
     assert ours.special_tokens_single == reference.num_special_tokens_to_add(pair=False) == 2
     assert ours.special_tokens_pair == reference.num_special_tokens_to_add(pair=True)
-    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra") else 4)
+    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "deberta-v2") else 4)
 
 
 @pytest.mark.parametrize("family", list(CLASSES))
