@@ -12,7 +12,10 @@ vocabulary, so fill-mask costs one projection per mask and the other tasks never
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from functools import reduce
 from pathlib import Path
 
@@ -182,6 +185,42 @@ def _check(path: Path, what: str) -> None:
         raise ExportError(f"onnx.checker rejected the exported {what}: {exc}") from None
 
 
+@contextlib.contextmanager
+def _traced_as_python(model: PreTrainedModel) -> Iterator[None]:
+    """Swap a family's ``torch.jit``-scripted helpers for Python ones while the graph is traced.
+
+    DeBERTa-v2's ``build_rpos`` is scripted, so the tracer records its test (are the keys as long as the
+    queries?) as an ONNX ``If`` whose branches have no static rank; OpenVINO's CPU plugin refuses such an ``If``
+    (the ``bf16`` variant could not even be compiled). In the classes exported the keys are the queries' own
+    tokens, so the test is always false: traced as Python, the graph keeps the relative positions it was given.
+    """
+    module = sys.modules[type(model).__module__]
+    scripted = getattr(module, "build_rpos", None) if row_of(model).family.model_type == "deberta-v2" else None
+    if scripted is None:
+        yield
+        return
+
+    def build_rpos(
+        query_layer: torch.Tensor,
+        key_layer: torch.Tensor,
+        relative_pos: torch.Tensor,
+        position_buckets: int,
+        max_relative_positions: int,
+    ) -> torch.Tensor:
+        if key_layer.size(-2) != query_layer.size(-2):
+            found: torch.Tensor = module.build_relative_position(
+                key_layer, key_layer, bucket_size=position_buckets, max_position=max_relative_positions
+            )
+            return found
+        return relative_pos
+
+    module.build_rpos = build_rpos
+    try:
+        yield
+    finally:
+        module.build_rpos = scripted
+
+
 def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET) -> None:
     """Export ``model``'s main graph (encoder + the row's heads) to ``path`` with optimum's exporter and run
     onnx's full checker on the result.
@@ -193,7 +232,8 @@ def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET)
     expected = module.row.outputs
     wanted = graph_inputs(model)
     config = _heads_onnx_config(module.row, wanted)(model.config, task="feature-extraction")
-    inputs, outputs = optimum_export(module, config, path, opset=opset)
+    with _traced_as_python(model):
+        inputs, outputs = optimum_export(module, config, path, opset=opset)
     if tuple(inputs) != wanted or tuple(outputs) != expected:
         raise ExportError(f"exported graph has inputs {inputs} and outputs {outputs}, expected {wanted} and {expected}")
     _check(path, "graph")
