@@ -496,13 +496,18 @@ def _reference(
 
     from bertonnx.manifest import read_manifest
     from bertonnx_export.graph import BertWithHeads
+    from bertonnx_export.heads import seeded_labels
     from bertonnx_export.source import load_source
 
     manifest = read_manifest(directory)
     weights = manifest.weights
     if weights["kind"] == "random":
         source = load_source(
-            manifest.data["source"]["model"], weights="random", seed=weights["seed"], task=manifest.architecture
+            manifest.data["source"]["model"],
+            weights="random",
+            seed=weights["seed"],
+            task=manifest.architecture,
+            labels=seeded_labels(manifest),
         )
     else:
         model = checkpoint or manifest.data["source"]["model"]
@@ -511,6 +516,7 @@ def _reference(
             allow_random_heads=bool(weights["random_heads"]),
             seed=weights["seed"] or 0,
             task=manifest.architecture,
+            labels=seeded_labels(manifest),
         )
     module = BertWithHeads(source.model).eval()
     with torch.inference_mode():

@@ -31,6 +31,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     """
     from bertonnx_export.errors import ExportError
     from bertonnx_export.graph import BertWithHeads
+    from bertonnx_export.heads import seeded_labels
     from bertonnx_export.source import load_source
 
     weights = manifest.weights
@@ -38,7 +39,9 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     seed = int(weights.get("seed") or 0)
     try:
         if weights.get("kind") == "random":
-            source = load_source(model_id, weights="random", seed=seed, task=manifest.architecture)
+            source = load_source(
+                model_id, weights="random", seed=seed, task=manifest.architecture, labels=seeded_labels(manifest)
+            )
         else:
             source = load_source(
                 model_id,
@@ -46,6 +49,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
                 seed=seed,
                 allow_random_heads=bool(weights.get("random_heads")),
                 task=manifest.architecture,
+                labels=seeded_labels(manifest),
             )
     except ExportError as exc:
         raise ValueError(

@@ -1,5 +1,5 @@
 """The ``bertonnx`` command: inspect, tokenize, nsp, embed, classify, rerank, fill-mask, tag, answer,
-walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
+choose, embed-sparse, walkthrough (torch-free), export, parity, bench, bench-serve, serve, batch.
 
 Each subcommand is a :class:`~bertonnx.command.Command` with its own parser, run by
 :func:`bertonnx.command.run_command`: options may come anywhere, every command takes ``--debug``, and every
@@ -27,6 +27,8 @@ from .files import STDIN, blank_lines, check_output_file, read_lines, write_atom
 from .info import describe, format_figure, mean_pooler_cosine, source_text, weights_text
 from .manifest import read_manifest
 from .model import BertOnnx
+from .surface import envelope, print_random_banner
+from .surface import random_banner as _random_banner
 from .version import __version__
 from .vocabulary import add_option
 
@@ -36,9 +38,10 @@ MODULE_PAIR = ("the weather is nice", "i agree with you")
 #: The module-01 check of the masked-language-model head.
 MODULE_MASKED = "the capital of france is [MASK]."
 DESCRIPTION = (
-    "Run BERT and its fine-tuned heads (classifiers, rerankers, fill-mask, NSP) on onnxruntime, without PyTorch."
+    "Run BERT-family encoders and their heads on onnxruntime, without PyTorch: embed, embed-sparse, nsp,\n"
+    "classify, rerank, zero-shot, fill-mask, tag, answer, choose and detect-replaced, from this command, over\n"
+    "HTTP (serve) or on a corpus (batch)."
 )
-_RULE = "=" * 72
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
@@ -57,13 +60,6 @@ def _load(args: argparse.Namespace) -> BertOnnx:
     with warnings.catch_warnings():  # the commands show random weights in their own banner or JSON field
         warnings.simplefilter("ignore", RandomWeightsWarning)
         return BertOnnx(args.model_dir, args.variant, threads=args.threads)
-
-
-def _random_banner(random_weights: bool, weights: dict[str, Any]) -> str:
-    if not random_weights:
-        return ""
-    note = weights.get("note") or "some weights are random"
-    return f"{_RULE}\n!! {note}\n{_RULE}\n"
 
 
 def _fmt(n: object) -> str:
@@ -151,7 +147,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         )
     for name, refused in facts["refused_variants"].items():
         lines.append(f"  {name:<10} not written: its parity gate at export found {refused['reason']}")
-    _emit(args, facts, "\n".join(lines))
+    beside = {key: value for key, value in facts.items() if key != "random_weights"}
+    _emit(args, envelope(facts["directory"], None, facts["random_weights"], [], **beside), "\n".join(lines))
     return EXIT_OK
 
 
@@ -168,7 +165,8 @@ def cmd_tokenize(args: argparse.Namespace) -> int:
     model = _load(args)
     out = model.tokenize(args.text, args.pair, truncation=args.truncation, max_length=args.max_length)
     payload = {"tokens": out.tokens, "ids": out.ids, "type_ids": out.type_ids, "attention_mask": out.attention_mask}
-    _emit(args, payload, "\n".join(f"{k:<15}{v}" for k, v in payload.items()))
+    found = envelope(model.manifest.directory, model.variant, model.manifest.random_weights, [payload])
+    _emit(args, found, "\n".join(f"{k:<15}{v}" for k, v in payload.items()))
     return EXIT_OK
 
 
@@ -181,13 +179,7 @@ def _nsp_arguments(parser: ArgumentParser) -> None:
 def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
     probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation, batch_size=args.batch_size)
-    payload = {
-        "text_a": args.text_a,
-        "text_b": args.text_b,
-        "is_next_probability": probability,
-        "variant": model.variant,
-        "random_weights": model.manifest.random_weights,
-    }
+    payload = envelope(model.manifest.directory, model.variant, model.manifest.random_weights, [probability])
     banner = _random_banner(model.manifest.random_weights, model.manifest.weights)
     _emit(args, payload, f"{banner}P(B follows A) = {probability:.4f}")
     return EXIT_OK
@@ -203,8 +195,10 @@ names the blank lines). A final newline does not add a line.
 
 output:
   no --output         JSON lines on stdout, one {"text", "embedding"} per text, in input order
-  --json              instead, one JSON object: shape, pooling, variant, random_weights, texts, embeddings
-  --output X.npy      a float32 [n, hidden] array (row i = text i); --json then prints a summary
+  --json              instead, one JSON object: model, variant, random_weights, results (vector i = text i),
+                      pooling, normalize, shape
+  --output X.npy      a float32 [n, hidden] array (row i = text i); --json then prints the same object
+                      with empty results and the output's name
   --output FILE       JSON lines into FILE
 The output's folder must exist; the file is written to a temporary name and renamed when complete."""
 
@@ -261,18 +255,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
         where = "standard input" if args.input == STDIN else args.input
         raise CommandError(f"{describe_error(exc)} (input {exc.index} is line {exc.index + 1} of {where})") from exc
     about = {
-        "directory": str(model.manifest.directory),
-        "variant": model.variant,
         "pooling": args.pooling or ("pipeline" if model.sentence is not None else "pooler"),
         "normalize": args.normalize,
-        "random_weights": random_weights,
         "shape": list(vectors.shape),
     }
-    if random_weights and not args.json:
-        print(_random_banner(True, model.manifest.weights).rstrip("\n"), file=sys.stderr)
+    model_dir, variant = model.manifest.directory, model.variant
+    _banner_to_stderr(args, model)
     if target is None:
         if args.json:
-            print(json.dumps({**about, "texts": texts, "embeddings": vectors.tolist()}))
+            print(json.dumps(envelope(model_dir, variant, random_weights, vectors.tolist(), **about)))
         else:
             for text, vector in zip(texts, vectors, strict=True):
                 print(json.dumps({"text": text, "embedding": vector.tolist()}))
@@ -286,7 +277,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
             handle.write((json.dumps({"text": text, "embedding": vector.tolist()}) + "\n").encode("utf-8"))
 
     write_atomic(target, write, "--output")
-    _emit(args, {"output": str(target), **about}, f"wrote {target} {vectors.shape}")
+    summary = envelope(model_dir, variant, random_weights, [], output=str(target), **about)
+    _emit(args, summary, f"wrote {target} {vectors.shape}")
     return EXIT_OK
 
 
@@ -323,8 +315,8 @@ def _head_call(args: argparse.Namespace, call: Any) -> Any:
 
 
 def _banner_to_stderr(args: argparse.Namespace, model: BertOnnx) -> None:
-    if model.manifest.random_weights and not args.json:
-        print(_random_banner(True, model.manifest.weights).rstrip("\n"), file=sys.stderr)
+    if not args.json:
+        print_random_banner(model.manifest.random_weights, model.manifest.weights)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
@@ -337,14 +329,14 @@ def cmd_classify(args: argparse.Namespace) -> int:
     task = _head_call(args, lambda: model.task("classify", top_k=top_k, truncation=args.truncation))
     predictions = _head_call(args, lambda: model.run_task(task, texts, pairs, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
-    payload = {
-        "architecture": model.manifest.architecture,
-        "problem_type": model.manifest.problem_type,
-        "variant": model.variant,
-        "random_weights": model.manifest.random_weights,
-        "inputs": [{"text": t, **({"pair": pairs[i]} if pairs else {})} for i, t in enumerate(texts)],
-        "predictions": predictions,
-    }
+    payload = envelope(
+        model.manifest.directory,
+        model.variant,
+        model.manifest.random_weights,
+        predictions,
+        architecture=model.manifest.architecture,
+        problem_type=model.manifest.problem_type,
+    )
     lines = []
     for text, ranked in zip(texts, predictions, strict=True):
         scores = "  ".join(f"{p['label']} {p['score']:.4f}" for p in ranked)
@@ -369,12 +361,9 @@ def cmd_rerank(args: argparse.Namespace) -> int:
         ),
     )
     _banner_to_stderr(args, model)
-    payload = {
-        "query": args.query,
-        "variant": model.variant,
-        "random_weights": model.manifest.random_weights,
-        "results": [{**r, "text": texts[r["index"]]} for r in ranked],
-    }
+    results = [{**r, "text": texts[r["index"]]} for r in ranked]
+    manifest = model.manifest
+    payload = envelope(manifest.directory, model.variant, manifest.random_weights, results, query=args.query)
     lines = [f"{r['score']:.4f}\t{r['index']}\t{texts[r['index']]}" for r in ranked]
     _emit(args, payload, "\n".join(lines))
     return EXIT_OK
@@ -398,11 +387,7 @@ def cmd_fill_mask(args: argparse.Namespace) -> int:
     )
     fills = _head_call(args, lambda: model.run_task(task, texts, batch_size=args.batch_size))
     _banner_to_stderr(args, model)
-    payload = {
-        "variant": model.variant,
-        "random_weights": model.manifest.random_weights,
-        "results": [{"text": t, "masks": masks} for t, masks in zip(texts, fills, strict=True)],
-    }
+    payload = envelope(model.manifest.directory, model.variant, model.manifest.random_weights, fills)
     lines = []
     for text, masks in zip(texts, fills, strict=True):
         lines.append(text)
@@ -450,8 +435,6 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
         "fill_mask": {"text": MODULE_MASKED, "predictions": fills[0]} if fills else None,
         "architecture": manifest.architecture,
         "tasks": list(model.tasks),
-        "variant": model.variant,
-        "random_weights": manifest.random_weights,
     }
     heads = ", ".join(f"{_fmt(p[key])} {_PART_LABELS[key]}" for key in _PART_LABELS if key in p)
     random_label = " (RANDOM weights: not a trained model's answer)" if manifest.random_weights else ""
@@ -484,7 +467,7 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
             *fill_lines,
         ]
     )
-    _emit(args, payload, text)
+    _emit(args, envelope(manifest.directory, model.variant, manifest.random_weights, [], **payload), text)
     return EXIT_OK
 
 
@@ -538,6 +521,9 @@ COMMANDS: dict[str, Command | str] = {
     "tag": "bertonnx.cli_spans:TAG_COMMAND",
     "answer": "bertonnx.cli_spans:ANSWER_COMMAND",
     "choose": "bertonnx.cli_spans:CHOOSE_COMMAND",
+    "embed-sparse": "bertonnx.cli_sparse:EMBED_SPARSE_COMMAND",
+    "zero-shot": "bertonnx.cli_zero_shot:ZERO_SHOT_COMMAND",
+    "detect-replaced": "bertonnx.cli_spans:DETECT_REPLACED_COMMAND",
     "export": "bertonnx_export.cli:EXPORT_COMMAND",
     "parity": "bertonnx_export.cli:PARITY_COMMAND",
     "bench": "bertonnx_benchmarks.cli:BENCH_COMMAND",

@@ -1,7 +1,9 @@
-"""``bertonnx tag``, ``answer`` and ``choose``: entities, extractive answers and multiple choice from the command line.
+"""``bertonnx tag``, ``answer``, ``choose`` and ``detect-replaced``: entities, extractive answers, multiple choice
+and replaced token detection from the command line.
 
 Both print one line per entity or answer, ``start``/``end`` character offsets into the text as given, or
-with ``--json`` the pipeline-shaped answer (:meth:`bertonnx.BertOnnx.tag`, :meth:`bertonnx.BertOnnx.answer`).
+with ``--json`` the envelope of every command (:func:`bertonnx.surface.envelope`) whose ``results`` are the
+pipeline-shaped answers (:meth:`bertonnx.BertOnnx.tag`, :meth:`bertonnx.BertOnnx.answer`).
 Registered in :data:`bertonnx.cli.COMMANDS` by name, imported only when used.
 """
 
@@ -11,12 +13,22 @@ import argparse
 import json
 from typing import Any
 
-from .cli import _add_model_args, _load, _random_banner
+from .cli import _add_model_args, _load
 from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error
 from .files import read_lines, read_text
+from .model import BertOnnx
+from .surface import envelope, random_banner
 from .vocabulary import ignore_labels
 
-__all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
+__all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "DETECT_REPLACED_COMMAND", "TAG_COMMAND"]
+
+
+def _print_json(model: BertOnnx, results: list[Any]) -> None:
+    print(json.dumps(envelope(model.manifest.directory, model.variant, model.manifest.random_weights, results)))
+
+
+def _banner(model: BertOnnx) -> str:
+    return random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")
 
 
 # -- tag ---------------------------------------------------------------------------------------------
@@ -24,8 +36,9 @@ __all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "TAG_COMMAND"]
 TAG_EPILOG = """\
 input: TEXT arguments, or --input FILE with one text per line (- for standard input).
 output: per text its entities, one per line: label, score, start:end (character offsets into the text)
-and the text they cover; --json prints one JSON list per text (the shape of transformers'
-pipeline("token-classification")). A text longer than the model's 512 tokens needs --stride."""
+and the text they cover; --json prints {"model", "variant", "random_weights", "results"}, results
+holding one list of entities per text (the shape of transformers' pipeline("token-classification")).
+A text longer than the model's 512 tokens needs --stride."""
 
 
 def _tag_arguments(parser: ArgumentParser) -> None:
@@ -44,9 +57,9 @@ def cmd_tag(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
         raise CommandError(describe_error(exc)) from exc
     if args.json:
-        print(json.dumps(found if len(texts) != 1 or args.input else found[0], ensure_ascii=False))
+        _print_json(model, found)
         return EXIT_OK
-    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    lines = [_banner(model)]
     for index, (text, entities) in enumerate(zip(texts, found, strict=True)):
         if len(texts) > 1:
             lines.append(f"# text {index}")
@@ -75,8 +88,9 @@ ANSWER_EPILOG = """\
 The context comes from --context TEXT or --context-file FILE (UTF-8, read whole; - for standard
 input); a long context is searched in overlapping windows, never cut. Repeat --question to ask several
 questions of the same context. Output: per question its answers, best first: score, start:end
-(character offsets into the context) and the answer; --json prints the shape of transformers'
-pipeline("question-answering") (an object per question, a list of them with --top-k > 1)."""
+(character offsets into the context) and the answer; --json prints {"model", "variant", "random_weights",
+"results"}, results holding per question the shape of transformers' pipeline("question-answering") (an
+object, a list of them with --top-k > 1)."""
 
 
 def _answer_arguments(parser: ArgumentParser) -> None:
@@ -116,9 +130,9 @@ def cmd_answer(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
         raise CommandError(describe_error(exc)) from exc
     if args.json:
-        print(json.dumps(found[0] if len(found) == 1 else found, ensure_ascii=False))
+        _print_json(model, found)
         return EXIT_OK
-    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    lines = [_banner(model)]
     for question, answers in zip(args.question, found, strict=True):
         lines.append(f"Q: {question}")
         for answer in answers if isinstance(answers, list) else [answers]:
@@ -141,7 +155,8 @@ ANSWER_COMMAND = Command(
 CHOOSE_EPILOG = """\
 The context comes from --context TEXT; each CHOICE argument is one choice (at least 2). Output: every choice
 with its probability (the softmax over the choices' logits), the best marked with *; --json prints
-{"index", "choice", "score", "scores"} (the best choice's position, text and probability, and every choice's)."""
+{"model", "variant", "random_weights", "results"}, results holding one {"index", "choice", "score", "scores"}
+(the best choice's position, text and probability, and every choice's)."""
 
 
 def _choose_arguments(parser: ArgumentParser) -> None:
@@ -157,9 +172,9 @@ def cmd_choose(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CommandError(describe_error(exc)) from exc
     if args.json:
-        print(json.dumps({**found, "random_weights": model.manifest.random_weights}, ensure_ascii=False))
+        _print_json(model, [found])
         return EXIT_OK
-    lines = [_random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")]
+    lines = [_banner(model)]
     for index, (choice, score) in enumerate(zip(args.choices, found["scores"], strict=True)):
         lines.append(f"{'*' if index == found['index'] else ' '} {score:.4f}  {choice}")
     print("\n".join(line for line in lines if line))
@@ -172,4 +187,54 @@ CHOOSE_COMMAND = Command(
     _choose_arguments,
     cmd_choose,
     epilog=CHOOSE_EPILOG,
+)
+
+
+# -- detect-replaced ---------------------------------------------------------------------------------
+
+DETECT_REPLACED_EPILOG = """\
+input: TEXT arguments, or --input FILE with one text per line (- for standard input).
+output: per text its tokens (special tokens left out), one per line: P(replaced), start:end (character
+offsets into the text) and the text the token covers, marked with * when P(replaced) > 0.5; --json prints every
+command's envelope (model, variant, random_weights, results), results holding per text one list of
+{"index", "token", "start", "end", "score"}. Needs an ElectraForPreTraining export."""
+#: P(replaced) above which the text output marks a token.
+REPLACED_MARK = 0.5
+
+
+def _detect_replaced_arguments(parser: ArgumentParser) -> None:
+    _add_model_args(parser, "detect-replaced", "input", "truncation", "batch_size")
+    parser.add_argument("texts", metavar="TEXT", nargs="*", help="texts to check (or use --input)")
+
+
+def cmd_detect_replaced(args: argparse.Namespace) -> int:
+    if bool(args.texts) == (args.input is not None):
+        raise CommandError("give TEXT arguments or --input FILE (one text per line, - for stdin), not both or neither")
+    texts = list(args.texts) if args.texts else read_lines(args.input, "--input")
+    model = _load(args)
+    try:
+        found = model.detect_replaced(texts, truncation=args.truncation, batch_size=args.batch_size)
+    except ValueError as exc:  # the core's typed errors in this command's terms (describe_error)
+        raise CommandError(describe_error(exc)) from exc
+    if args.json:
+        _print_json(model, found)
+        return EXIT_OK
+    lines = [_banner(model)]
+    for index, (text, tokens) in enumerate(zip(texts, found, strict=True)):
+        if len(texts) > 1:
+            lines.append(f"# text {index}")
+        for token in tokens:
+            mark = "*" if token["score"] > REPLACED_MARK else " "
+            covered = text[token["start"] : token["end"]]
+            lines.append(f"{mark} {token['score']:.4f}  {token['start']}:{token['end']}  {covered!r}")
+    print("\n".join(line for line in lines if line))
+    return EXIT_OK
+
+
+DETECT_REPLACED_COMMAND = Command(
+    "detect-replaced",
+    "per token of each TEXT, the probability it was replaced (ELECTRA's discriminator: ElectraForPreTraining)",
+    _detect_replaced_arguments,
+    cmd_detect_replaced,
+    epilog=DETECT_REPLACED_EPILOG,
 )

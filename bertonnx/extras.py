@@ -58,8 +58,12 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "ray": ("ray", "pyarrow", "tqdm", "fastapi", "uvicorn", "httptools", "pydantic", "prometheus_client"),
 }
 #: Modules an extra also installs that its commands can do without: OpenVINO runs only the ``bf16``
-#: variant, and whatever needs it checks for it there (export refuses ``bf16``, bench skips its peak).
-OPTIONAL_MODULES: dict[str, tuple[str, ...]] = {"export": ("openvino",), "bench": ("openvino",)}
+#: variant, and whatever needs it checks for it there (export refuses ``bf16``, bench skips its peak);
+#: sentence-transformers only a sentence-transformers folder's export (which names it when missing).
+OPTIONAL_MODULES: dict[str, tuple[str, ...]] = {
+    "export": ("openvino", "sentence_transformers"),
+    "bench": ("openvino",),
+}
 #: Extras that pull in torch, so their hint installs the CPU build first.
 _TORCH_EXTRAS = ("export", "bench")
 

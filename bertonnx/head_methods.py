@@ -1,4 +1,5 @@
-"""``BertOnnx``'s methods for its checkpoint's heads: classify, rerank, fill-mask, tag, answer and choose.
+"""``BertOnnx``'s methods for its checkpoint's heads: classify, rerank, fill-mask, tag, answer, choose, zero-shot
+and replaced token detection.
 
 They live in their own module so each file reads in one sitting; like every method of :class:`bertonnx.BertOnnx`
 they only build their task (:func:`bertonnx.tasks.make_task`: the options checked, the defaults chosen) and run its
@@ -23,8 +24,10 @@ from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.base import check_positive_int
 from .tasks.choose import Choice
 from .tasks.classify import LabelScore, RankedIndex
+from .tasks.detect_replaced import ReplacedToken
 from .tasks.fill_mask import DEFAULT_TOP_K, MaskFill, Targets
 from .tasks.tag import DEFAULT_IGNORE_LABELS, TokenStrings
+from .tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE, ZeroShotAnswer
 from .windows import Windowing
 
 if TYPE_CHECKING:
@@ -452,3 +455,122 @@ class HeadMethods:
             )
         )
         return found[0] if single else found
+
+    @overload
+    def zero_shot(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self,
+        texts: str,
+        candidate_labels: str | Sequence[str],
+        *,
+        hypothesis_template: str = ...,
+        multi_label: bool = ...,
+        entailment_label: str | None = ...,
+        truncation: bool = ...,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> ZeroShotAnswer: ...
+
+    @overload
+    def zero_shot(
+        self,
+        texts: Iterable[str],
+        candidate_labels: str | Sequence[str],
+        *,
+        hypothesis_template: str = ...,
+        multi_label: bool = ...,
+        entailment_label: str | None = ...,
+        truncation: bool = ...,
+        batch_size: int = ...,
+        max_batch_tokens: int = ...,
+    ) -> list[ZeroShotAnswer]: ...
+
+    def zero_shot(
+        self,
+        texts: str | Iterable[str],
+        candidate_labels: str | Sequence[str],
+        *,
+        hypothesis_template: str = DEFAULT_HYPOTHESIS_TEMPLATE,
+        multi_label: bool = False,
+        entailment_label: str | None = None,
+        truncation: bool = True,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> ZeroShotAnswer | list[ZeroShotAnswer]:
+        """Zero-shot classification by the checkpoint's NLI classifier, as ``pipeline("zero-shot-classification")``:
+        each text is the premise of one pair per label (the label put into ``hypothesis_template``), and every pair
+        of every text is batched by the token budget.
+
+        Args:
+            texts: a text, or an iterable of texts.
+            candidate_labels: the labels (a list, or one comma-separated string).
+            hypothesis_template: the hypothesis, with ``{}`` where the label goes.
+            multi_label: score each label on its own (softmax of its contradiction and entailment logits) instead
+                of sharing the probability among the labels (softmax of their entailment logits).
+            entailment_label: the classifier's label meaning entailment (default: the first label of its
+                ``id2label`` starting with ``entail``, as the pipeline).
+            truncation: cut a text too long for the model beside a hypothesis (the text only), as the pipeline;
+                ``False`` refuses it.
+            batch_size: pairs per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one text ``{"sequence", "labels", "scores"}``: the labels sorted by score, highest first; for an
+            iterable, one per text.
+
+        Raises:
+            HeadMissingError: the export has no classifier of 2 labels or more.
+            TypeError, ValueError: no label, a template without ``{}``, a classifier without an entailment label
+                (pass ``entailment_label``), a text too long without truncation.
+        """
+        task = self.task(
+            "zero_shot",
+            candidate_labels=candidate_labels,
+            hypothesis_template=hypothesis_template,
+            multi_label=multi_label,
+            entailment_label=entailment_label,
+            truncation=truncation,
+        )
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return found[0] if isinstance(texts, str) else found
+
+    @overload
+    def detect_replaced(  # type: ignore[overload-overlap]  # str is also Iterable[str]; this first overload wins
+        self, texts: str, *, truncation: bool = ..., batch_size: int = ..., max_batch_tokens: int = ...
+    ) -> list[ReplacedToken]: ...
+
+    @overload
+    def detect_replaced(
+        self, texts: Iterable[str], *, truncation: bool = ..., batch_size: int = ..., max_batch_tokens: int = ...
+    ) -> list[list[ReplacedToken]]: ...
+
+    def detect_replaced(
+        self,
+        texts: str | Iterable[str],
+        *,
+        truncation: bool = False,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> list[ReplacedToken] | list[list[ReplacedToken]]:
+        """Replaced token detection by ELECTRA's discriminator: per token, the probability that it was replaced
+        (``torch.sigmoid(ElectraForPreTraining(...).logits)``), special tokens dropped.
+
+        Args:
+            texts: a string, or an iterable of strings.
+            truncation: cut texts longer than the model's positions instead of raising.
+            batch_size: texts per ``session.run`` at most.
+            max_batch_tokens: padded tokens per ``session.run`` at most.
+
+        Returns:
+            For one string, its tokens in order, each ``{"index", "token", "start", "end", "score"}``:
+            its position among the input's tokens (the first special token is 0), its vocabulary string, its
+            character offsets into the text (``text[start:end]`` is the token as written) and ``P(replaced)``
+            as a float; for an iterable, one such list per text.
+
+        Raises:
+            HeadMissingError: the export has no replaced-token-detection head (it is not ElectraForPreTraining).
+            TypeError: a text is not a string, or an option has the wrong type.
+            ValueError: a text is longer than the model's positions without truncation.
+        """
+        task = self.task("detect_replaced", truncation=truncation)
+        found = self.run_task(task, texts, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        return found[0] if isinstance(texts, str) else found

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "FileRecord",
     "Manifest",
     "MlmHeadRecord",
+    "looks_like_hub_id",
     "read_manifest",
     "refusal_text",
     "sha256_file",
@@ -374,6 +376,22 @@ class Manifest:
             ) from None
 
 
+#: ``owner/name`` as the hub spells a model id.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+#: First path parts the hub keeps for its own pages, so no model id starts with them: ``models/x`` is a folder.
+_HUB_RESERVED = frozenset({"models", "datasets", "spaces", "docs", "api"})
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """True when a model path that does not exist reads as a hub id (``dslim/bert-base-NER``): ``owner/name``,
+    no ``./``, ``/`` or ``~`` in front, and an owner that is neither a local folder nor a name the hub keeps
+    (``models/sentiment`` is a folder not made yet)."""
+    if not _HUB_ID.fullmatch(text):
+        return False
+    owner = text.split("/")[0]
+    return owner.lower() not in _HUB_RESERVED and not Path(owner).exists()
+
+
 def read_manifest(model_dir: str | Path) -> Manifest:
     """Read and check the manifest of an exported model directory.
 
@@ -397,12 +415,22 @@ def read_manifest(model_dir: str | Path) -> Manifest:
             "(the one holding bertonnx.json)"
         )
     if not directory.is_dir():
+        if looks_like_hub_id(str(model_dir)):
+            raise ModelDirectoryError(
+                f"model directory {model_dir} does not exist; it looks like a hub id. Export that model first, "
+                f"then pass the folder: `bertonnx export {model_dir} models/{str(model_dir).split('/')[1]}`."
+            )
         raise ModelDirectoryError(
             f"model directory {directory} does not exist. Create one with "
             f"`bertonnx export bert-base-uncased {directory}` (add `--weights random` offline)."
         )
     path = directory / MANIFEST_FILE
     if not path.is_file():
+        if (directory / "config.json").is_file():
+            raise ModelDirectoryError(
+                f"{directory} is a checkpoint, not a bertonnx export: it has no {MANIFEST_FILE}. Export it "
+                f"first, then pass the folder: `bertonnx export {directory} models/{directory.resolve().name}`."
+            )
         raise ModelDirectoryError(
             f"{directory} is not a bertonnx export: it has no {MANIFEST_FILE}. Point at a directory "
             f"written by `bertonnx export`, or create one with `bertonnx export bert-base-uncased {directory}`."

@@ -168,7 +168,7 @@ class BertOnnx(HeadMethods):
         text_pairs: str | Iterable[str] | None = None,
         *,
         truncation: bool = False,
-        max_length: int = 512,
+        max_length: int | None = None,
     ) -> list[Encoding]:
         """Tokenize inputs exactly as the model is fed, without padding, in the caller's order.
 
@@ -179,7 +179,7 @@ class BertOnnx(HeadMethods):
             texts: a string or an iterable of strings.
             text_pairs: second sentences, one per text (segment id 1), or ``None``.
             truncation: cut inputs longer than ``max_length`` (longest sequence first for pairs).
-            max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (512).
+            max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (the default).
 
         Returns:
             One ``tokenizers.Encoding`` per input (``.ids``, ``.type_ids``, ``.tokens``).
@@ -284,7 +284,7 @@ class BertOnnx(HeadMethods):
         *,
         batch_size: int = DEFAULT_BATCH_SIZE,
         truncation: bool = False,
-        max_length: int = 512,
+        max_length: int | None = None,
         hidden_states: bool = True,
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
     ) -> BertOutput:
@@ -299,7 +299,7 @@ class BertOnnx(HeadMethods):
             batch_size: inputs per ``session.run`` at most.
             truncation: cut inputs longer than ``max_length`` (longest sequence first for pairs) instead
                 of raising.
-            max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (512).
+            max_length: token limit including ``[CLS]``/``[SEP]``, at most the model's positions (the default).
             hidden_states: keep ``last_hidden_state``; pass ``False`` for large inputs when only pooled
                 outputs are needed (memory then stays bounded).
             max_batch_tokens: padded tokens per ``session.run`` at most (an input longer than this runs alone).
@@ -485,6 +485,8 @@ class BertOnnx(HeadMethods):
             has_head = has_head and self.manifest.num_labels == 1
         elif task in ("fill_mask", "embed_sparse"):
             has_head = has_head and self._mlm_session is not None
+        elif task == "zero_shot":  # any classifier of two labels or more; its labels are judged by the task
+            has_head = "classify" in self.tasks and (self.manifest.num_labels or 0) >= 2
         if not has_head:
             raise HeadMissingError.for_task(task, self.manifest.architecture, self.tasks, self.manifest.num_labels)
 
@@ -497,7 +499,7 @@ class BertOnnx(HeadMethods):
         self.require(task)
 
     def tokenize(
-        self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int = 512
+        self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int | None = None
     ) -> Tokenized:
         """Tokens, ids, segment ids and mask of one input, exactly as the model is fed.
 

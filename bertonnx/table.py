@@ -173,7 +173,13 @@ ARCHITECTURES: Mapping[str, Architecture] = {
         Architecture("ForTokenClassification", "token-classification", ("token_classifier",), ("embed", "tag"), True),
         Architecture("ForQuestionAnswering", "question-answering", ("qa",), ("embed", "answer")),
         Architecture("ForMultipleChoice", "multiple-choice", ("pooler", "choice"), ("embed", "choose")),
-        Architecture("ForPreTraining", "replaced-token-detection", ("discriminator",), ("embed",), key="Discriminator"),
+        Architecture(
+            "ForPreTraining",
+            "replaced-token-detection",
+            ("discriminator",),
+            ("embed", "detect_replaced"),
+            key="Discriminator",
+        ),
     )
 }
 
@@ -263,6 +269,13 @@ class Family:
         return max_position_embeddings - self.position_offset
 
 
+#: Why ModernBERT has no ``optimized`` variant (onnxruntime 1.32's optimizer on a ModernBERT graph: 0 Attention,
+#: only LayerNorm and GELU).
+MODERNBERT_NO_FUSION = (
+    "onnxruntime's BERT optimizer fuses none of ModernBERT's attention layers (rotary positions on the packed QKV "
+    "and the sliding-window mask are a pattern its Attention fusion does not match; it fuses only LayerNorm and "
+    "GELU); use fp32 or int8"
+)
 _NO_SEGMENTS = ("input_ids", "attention_mask")
 _SEGMENTS = ("input_ids", "attention_mask", "token_type_ids")
 FAMILIES: Mapping[str, Family] = {
@@ -351,6 +364,21 @@ FAMILIES: Mapping[str, Family] = {
             "Attention fusion does not match; it has no DeBERTa fusion); use fp32 or int8",
             head_modules={"classifier": ("pooler", "classifier"), "choice": ("pooler", "classifier")},
         ),
+        Family(
+            "modernbert",
+            "ModernBert",
+            _NO_SEGMENTS,
+            False,
+            ENCODER_ARCHITECTURES,
+            base="model",
+            onnx_config="ModernBertOnnxConfig",
+            fusion=None,
+            no_fusion=MODERNBERT_NO_FUSION,
+            head_modules={
+                "mlm": ("head", "decoder"),
+                **{head: ("head", "classifier") for head in ("classifier", "token_classifier", "qa", "choice")},
+            },
+        ),
     )
 }
 
@@ -388,11 +416,11 @@ class TaskRow:
     """A runtime task (its steps: :mod:`bertonnx.tasks`).
 
     Attributes:
-        name: ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``, ``tag``, ``answer``, ``choose`` or
-            ``encode``.
+        name: ``embed``, ``nsp``, ``classify``, ``rerank``, ``fill_mask``, ``tag``, ``answer``, ``choose``,
+            ``detect_replaced`` or ``encode``.
         head: the head it needs (a key of :data:`HEADS`), or ``None`` (every export).
         what: how :class:`~bertonnx.errors.HeadMissingError` names what is missing.
-        checkpoints: suffixes of the architectures that have the head, for the error's fix.
+        checkpoints: keys of :data:`ARCHITECTURES` that have the head, for the error's fix.
         condition: what else the checkpoint needs, for the error's fix (``with num_labels=1 ...``).
         summary: one line for help texts.
     """
@@ -406,17 +434,20 @@ class TaskRow:
 
     def fix(self, prefix: str) -> str:
         """The checkpoint to export for this task, in a family with class ``prefix`` (``Bert``); a family
-        without such a class (RoBERTa has no NSP head) is told so and pointed at BERT's."""
+        without such a class (RoBERTa has no NSP head) is told so and pointed at the first family with one
+        (BERT's NSP head, ELECTRA's discriminator)."""
         if not self.checkpoints:
             return self.condition
         family = next((f for f in FAMILIES.values() if f.prefix == prefix), None)
-        suffixes = [s for s in self.checkpoints if family is None or s in family.architectures]
-        names = " or ".join(prefix + suffix for suffix in suffixes)
+        keys = [key for key in self.checkpoints if family is None or key in family.architectures]
         note = ""
-        if not suffixes:  # the family has no class with this head
-            names = " or ".join("Bert" + suffix for suffix in self.checkpoints)
+        if not keys:  # the family has no class with this head: the first family that has one
+            owner = next(f for f in FAMILIES.values() if any(key in f.architectures for key in self.checkpoints))
             note = f" ({prefix} has no class with this head)"
-        return f"a {names} checkpoint" + (f" {self.condition}" if self.condition else "") + note
+            prefix, keys = owner.prefix, [key for key in self.checkpoints if key in owner.architectures]
+        names = " or ".join(prefix + ARCHITECTURES[key].suffix for key in keys)
+        article = "an" if names[:1] in "AEIOU" else "a"
+        return f"{article} {names} checkpoint" + (f" {self.condition}" if self.condition else "") + note
 
 
 TASKS: Mapping[str, TaskRow] = {
@@ -474,5 +505,21 @@ TASKS: Mapping[str, TaskRow] = {
         TaskRow("answer", "qa", "question-answering head", ("ForQuestionAnswering",), "", "extractive answers"),
         TaskRow("choose", "choice", "multiple-choice head", ("ForMultipleChoice",), "", "the best of several choices"),
         TaskRow("encode", None, "graph", (), "any checkpoint", "every graph output"),
+        TaskRow(
+            "zero_shot",
+            "classifier",
+            "NLI classification head",
+            ("ForSequenceClassification",),
+            "trained on NLI (an 'entailment' label among its id2label)",
+            "candidate labels ranked by an NLI classifier",
+        ),
+        TaskRow(
+            "detect_replaced",
+            "discriminator",
+            "replaced-token-detection head",
+            ("Discriminator",),
+            "",
+            "per token, the probability it was replaced (ELECTRA)",
+        ),
     )
 }

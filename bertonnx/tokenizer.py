@@ -346,6 +346,54 @@ class TextTokenizer:
         encodings: list[Encoding] = self._base.encode_batch(batch, add_special_tokens=True)
         return encodings
 
+    def encode_first_cut(
+        self, texts: Sequence[str], pairs: Sequence[str], max_length: int, first_index: int = 0
+    ) -> list[Encoding]:
+        """Encode pairs cut as transformers' ``only_first`` truncation cuts them (the zero-shot pipeline's): the
+        second text is kept whole and the first cut to the tokens left for it within ``max_length``. As in
+        :meth:`encode`, only a prefix of a long first text is tokenized.
+
+        Args:
+            texts: first sequences (the ones cut).
+            pairs: second sequences, one per text, none empty (kept whole).
+            max_length: token limit including special tokens.
+            first_index: index of ``texts[0]`` in the caller's whole input, for error messages.
+
+        Raises:
+            ValueError: texts and pairs differ in length, or a pair over ``max_length`` whose second text leaves
+                its first no token (transformers then gives up cutting; the caller checks its second texts first).
+        """
+        texts = [clean_text(text, self.surrogate_stand_in) for text in texts]
+        seconds = [clean_text(pair, self.surrogate_stand_in) for pair in pairs]
+        if len(texts) != len(seconds):
+            raise ValueError(
+                f"texts and pairs differ in length ({len(texts)} vs {len(seconds)}); pass one pair per text"
+            )
+        found: list[Encoding | None] = [None] * len(texts)
+        limit = PREFIX_CHARS_PER_TOKEN * max_length
+        short = [i for i in range(len(texts)) if len(texts[i]) + len(seconds[i]) <= limit]
+        batch = [_input(texts[i], seconds[i]) for i in short]
+        for i, encoding in zip(short, self._base.encode_batch(batch, add_special_tokens=True), strict=True):
+            if len(encoding) <= max_length:
+                found[i] = encoding
+        cut = [i for i, encoding in enumerate(found) if encoding is None]
+        others: list[Encoding] = self._base.encode_batch([seconds[i] for i in cut], add_special_tokens=False)
+        rooms = [max_length - self.special_tokens_pair - len(other) for other in others]
+        for i, room, other in zip(cut, rooms, others, strict=True):
+            if room < 1:
+                raise ValueError(
+                    f"input {first_index + i}: its second text has {len(other)} tokens, which with the "
+                    f"{self.special_tokens_pair} special tokens of a pair leave its first text no room within "
+                    f"max_length={max_length}; shorten the second text"
+                )
+        for room in sorted(set(rooms)):
+            group = [k for k, r in enumerate(rooms) if r == room]
+            leading = self._leading_tokens([texts[cut[k]] for k in group], room)
+            for k, (first, known) in zip(group, leading, strict=True):
+                _cut(first, known)
+                found[cut[k]] = self._base.post_process(first, others[k], add_special_tokens=True)
+        return [encoding for encoding in found if encoding is not None]
+
     def _encode_within(
         self, texts: list[str], pairs: list[str] | None, max_length: int, first_index: int
     ) -> list[Encoding]:

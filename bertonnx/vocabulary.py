@@ -28,6 +28,7 @@ from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
 from .tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS
+from .tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE
 
 __all__ = [
     "FIELD_NAMES",
@@ -38,7 +39,7 @@ __all__ = [
     "field_name",
     "flag",
     "ignore_labels",
-    "markdown_table",
+    "non_negative_float",
     "non_negative_int",
     "positive_int",
 ]
@@ -66,6 +67,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An argparse ``type``: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
 _SHARED = object()  # a Convention that keeps the option's own default
 
 
@@ -84,6 +96,11 @@ class Convention:
     note: str = ""
     required: bool = False
     metavar: str | None = None
+
+    @property
+    def sets_default(self) -> bool:
+        """Whether the command has a default of its own (else the option's)."""
+        return self.default is not _SHARED
 
 
 @dataclass(frozen=True)
@@ -166,16 +183,36 @@ class Option:
 
 
 #: The commands that run a model's task on inputs (each takes --batch-size).
-TASK_COMMANDS = ("nsp", "embed", "classify", "rerank", "fill-mask", "tag", "answer", "choose", "batch")
+_HEAD_COMMANDS = ("classify", "rerank", "fill-mask", "tag", "answer", "choose")
+TASK_COMMANDS = ("nsp", "embed", *_HEAD_COMMANDS, "batch", "embed-sparse", "zero-shot", "detect-replaced")
 #: The commands that load an export (each takes --variant and --threads).
 MODEL_COMMANDS = ("tokenize", "walkthrough", *TASK_COMMANDS, "serve")
 _VARIANT_NAMES = ", ".join(VARIANT_FILES)
 _EMBED_ONLY = Convention(note="--task embed")
 _TAG_ONLY = Convention(note="--task tag")
+#: As ``BertOnnx.classify``/``rerank``: an export of a sentence-transformers CrossEncoder cuts at its max_seq_length.
+_CROSS_ENCODER_CUTS = Convention(
+    default=None, note="a sentence-transformers CrossEncoder export cuts at its max_seq_length unless told otherwise"
+)
 
 
 def _declare(*options: Option) -> dict[str, Option]:
     return {option.name: option for option in options}
+
+
+_LABELS_HELP = "the labels, comma-separated (repeatable; Python and HTTP: a list, or one comma-separated string)"
+_TEMPLATE_HELP = "the hypothesis each label is put into, with {} where the label goes"
+_MULTI_LABEL_HELP = "score each label on its own (contradiction vs entailment), not sharing the probability among them"
+_ENTAIL = "the first label starting with 'entail', as the pipeline"
+
+
+def _zero_shot(name: str, text: str, *, required: bool = False, **declared: Any) -> Option:
+    """An option of ``zero-shot`` (``required``: that command cannot run without it), and of ``batch`` for
+    ``--task zero-shot``."""
+    conventions = {"zero-shot": Convention(required=required), "batch": Convention(note="--task zero-shot")}
+    return Option(
+        name, "--" + name.replace("_", "-"), text, ("zero-shot", "batch"), conventions=conventions, **declared
+    )
 
 
 #: Every shared option, by Python name, in the order of the table in docs/cli.md.
@@ -238,7 +275,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "input",
         "--input",
         "one text per line (- for standard input)",
-        ("embed", "classify", "rerank", "fill-mask", "tag", "batch"),
+        ("embed", "classify", "rerank", "fill-mask", "tag", "batch", "embed-sparse", "zero-shot", "detect-replaced"),
         metavar="FILE",
         conventions={
             "batch": Convention(
@@ -270,7 +307,19 @@ OPTIONS: Mapping[str, Option] = _declare(
         "truncation",
         "--truncation",
         "cut inputs longer than the model takes (a pair: the longer text first) instead of refusing them",
-        ("tokenize", "nsp", "embed", "classify", "rerank", "fill-mask", "choose", "batch", "serve"),
+        (
+            "tokenize",
+            "nsp",
+            "embed",
+            "classify",
+            "rerank",
+            "fill-mask",
+            "choose",
+            "batch",
+            "serve",
+            "embed-sparse",
+            "detect-replaced",
+        ),
         action="store_true",
         default=False,
         aliases={"--truncate": ("batch",), "--auto-truncate": ("serve",)},
@@ -279,6 +328,11 @@ OPTIONS: Mapping[str, Option] = _declare(
             "embed": Convention(
                 default=None, note="a sentence-transformers export cuts at its max_seq_length unless told otherwise"
             ),
+            "embed-sparse": Convention(
+                default=None, note="it cuts at the export's max_seq_length unless told otherwise"
+            ),
+            "classify": _CROSS_ENCODER_CUTS,
+            "rerank": _CROSS_ENCODER_CUTS,
         },
         http_field="truncate",
         http_default="absent: the server's --truncation",
@@ -299,12 +353,12 @@ OPTIONS: Mapping[str, Option] = _declare(
         "prompt_name",
         "--prompt-name",
         "one of the export's sentence-transformers prompts, put before every text",
-        ("embed", "batch"),
+        ("embed", "batch", "embed-sparse"),
         metavar="NAME",
         conventions={"batch": _EMBED_ONLY},
         default_text="the export's default_prompt_name",
     ),
-    Option("prompt", "--prompt", "a prompt text put before every text", ("embed",), metavar="TEXT"),
+    Option("prompt", "--prompt", "a prompt text put before every text", ("embed", "embed-sparse"), metavar="TEXT"),
     Option(
         "dimensions",
         "--dimensions",
@@ -354,12 +408,32 @@ OPTIONS: Mapping[str, Option] = _declare(
     Option(
         "top_k",
         "--top-k",
-        "answers per input, best first",
-        ("classify", "fill-mask", "answer"),
+        "how many answers, best first",
+        ("classify", "fill-mask", "answer", "embed-sparse"),
         kind=positive_int,
         default=1,
-        conventions={"fill-mask": Convention(default=DEFAULT_TOP_K, note="per [MASK], as pipeline('fill-mask')")},
-        http_default=f"`/answer` 1, `/fill_mask` {DEFAULT_TOP_K} (`/predict`: every label, as TEI)",
+        default_text="every weight",  # embed-sparse's None
+        conventions={
+            "classify": Convention(note="labels per input"),
+            "answer": Convention(note="answers per question"),
+            "fill-mask": Convention(
+                default=DEFAULT_TOP_K, note="candidates per [MASK], not per input, as pipeline('fill-mask')"
+            ),
+            "embed-sparse": Convention(
+                default=None, note="the largest weights kept per text (SparseEncoder.encode's max_active_dims)"
+            ),
+        },
+        http_default=f"`/answer` 1, `/fill_mask` {DEFAULT_TOP_K} (`/predict`: every label, as TEI; `/embed_sparse`: "
+        "every weight)",
+    ),
+    Option(
+        "threshold",
+        "--threshold",
+        "keep only the weights above this",
+        ("embed-sparse",),
+        kind=non_negative_float,
+        default=0.0,
+        http_field="",
     ),
     Option(
         "raw_scores",
@@ -449,9 +523,15 @@ OPTIONS: Mapping[str, Option] = _declare(
         "token limit, special tokens included",
         ("tokenize",),
         kind=positive_int,
-        default=512,
+        default_text="the model's positions",
         http_field="",
     ),
+    _zero_shot(
+        "candidate_labels", _LABELS_HELP, required=True, action="append", metavar="LABELS", http_default="required"
+    ),
+    _zero_shot("hypothesis_template", _TEMPLATE_HELP, metavar="TEMPLATE", default=DEFAULT_HYPOTHESIS_TEMPLATE),
+    _zero_shot("multi_label", _MULTI_LABEL_HELP, action="store_true", default=False),
+    _zero_shot("entailment_label", "the classifier's label meaning entailment", metavar="LABEL", default_text=_ENTAIL),
 )
 
 #: The runtime's option names that HTTP spells otherwise (a protocol's own names, e.g. TEI's ``truncate``).
@@ -502,35 +582,3 @@ def ignore_labels(args: argparse.Namespace) -> tuple[str, ...]:
     if args.keep_all:
         return ()
     return tuple(label for label in args.ignore_labels or DEFAULT_IGNORE_LABELS if label)
-
-
-def _default(option: Option, value: object) -> str:
-    if option.action == "store_true":
-        return "on" if value else "off"
-    return option.default_text or "–" if value is None else f"`{value}`"
-
-
-def markdown_table() -> str:
-    """The table of docs/cli.md: every shared option, its names and its default per surface."""
-    lines = [
-        "| Python | flag | commands | default | HTTP field: default |",
-        "|---|---|---|---|---|",
-    ]
-    for option in OPTIONS.values():
-        python = f"`{option.name}`" if option.python is None else f"`{option.python}`" if option.python else "–"
-        flags = f"`{option.flag}`" + "".join(
-            f" (old: `{alias}` on {', '.join(commands)})" for alias, commands in option.aliases.items()
-        )
-        default = _default(option, option.default) + "".join(
-            f"; {command}: {_default(option, c.default)}"
-            for command, c in option.conventions.items()
-            if c.default is not _SHARED
-        )
-        http = "–"
-        if option.http_field != "":
-            shown = option.http_default or json.dumps(option.default)
-            if option.default is None and option.default_text and not option.http_default:
-                shown += f" ({option.default_text})"
-            http = f"`{field_name(option.name)}`: {shown}"
-        lines.append(f"| {python} | {flags} | {', '.join(option.commands)} | {default} | {http} |")
-    return "\n".join(lines)

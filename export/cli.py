@@ -19,7 +19,8 @@ from bertonnx.command import EXIT_INTERRUPTED, EXIT_OK, ArgumentParser, Command,
 from bertonnx.exit_codes import EXIT_VARIANT_REFUSED
 from bertonnx.files import check_output_dir
 from bertonnx.manifest import REFUSED_VARIANTS_KEY, VARIANT_FILES, read_manifest
-from bertonnx.vocabulary import add_option
+from bertonnx.surface import envelope
+from bertonnx.vocabulary import add_option, positive_int
 
 from .errors import ExportError
 from .heads import ROWS
@@ -57,6 +58,22 @@ def _export_arguments(parser: ArgumentParser) -> None:
         help="export this architecture instead of the checkpoint's own (config.json's architectures): "
         + ", ".join(f"{row.task_name} ({row.architecture})" for row in ROWS)
         + "; e.g. feature-extraction exports only the encoder of a classifier",
+    )
+    parser.add_argument(
+        "--labels",
+        default=None,
+        metavar="L1,L2,...",
+        help="name a seeded classification head's labels, comma-separated (sets num_labels, id2label, label2id): "
+        "with --task text-classification or token-classification and --weights random (or --allow-random-heads); "
+        "e.g. negative,neutral,positive, or BIO tags O,B-PER,I-PER,B-ORG,I-ORG,B-LOC,I-LOC,B-MISC,I-MISC",
+    )
+    parser.add_argument(
+        "--num-labels",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the seeded classification head's number of labels, named LABEL_0 ... (1: a cross-encoder reranker); "
+        "with --labels it must equal their count",
     )
     parser.add_argument(
         "--allow-random-heads",
@@ -100,6 +117,8 @@ def run(args: argparse.Namespace) -> int:
         opset=args.opset or DEFAULT_OPSET,
         force=args.force,
         task=args.task,
+        labels=tuple(args.labels.split(",")) if args.labels is not None else None,
+        num_labels=args.num_labels,
     )
     signal.signal(signal.SIGTERM, _terminate)  # so a killed export still removes its staging directory
     log = (lambda message: print(message, file=sys.stderr, flush=True)) if args.json else None
@@ -111,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("export interrupted; nothing was written", EXIT_INTERRUPTED) from None
     if args.json:
         random_weights = read_manifest(target).random_weights
-        print(json.dumps({**manifest, "random_weights": random_weights}, indent=2))
+        print(json.dumps(envelope(target, None, random_weights, [], **manifest), indent=2))  # the manifest beside
     refused = [v for v in options.variants if v in manifest[REFUSED_VARIANTS_KEY]] if options.variants_named else []
     if refused:
         written = ", ".join(manifest["variants"])

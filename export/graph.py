@@ -70,21 +70,24 @@ def run_class(model: PreTrainedModel, feeds: dict[str, torch.Tensor]) -> dict[st
     """
     row = row_of(model)
     pooled: list[torch.Tensor] = []
-    hook = None
-    if "pooler_output" in row.outputs and row.kind.name != "Model":
-        pooler = getattr(model, row.family.base).pooler
-        hook = pooler.register_forward_hook(lambda _module, _args, output: pooled.append(output))
+    states: list[torch.Tensor] = []
+    hooks = []
+    if row.kind.name != "Model":  # the base model's own last_hidden_state (ModernBERT's is after its final norm)
+        base = getattr(model, row.family.base)
+        hooks.append(base.register_forward_hook(lambda _module, _args, output: states.append(output[0])))
+        if "pooler_output" in row.outputs:
+            hooks.append(base.pooler.register_forward_hook(lambda _module, _args, output: pooled.append(output)))
     try:
         out = model(**feeds, output_hidden_states=True, return_dict=True)
     finally:
-        if hook is not None:
+        for hook in hooks:
             hook.remove()
     if row.kind.name == "Model":
         found: dict[str, torch.Tensor] = {"last_hidden_state": out.last_hidden_state}
         if "pooler_output" in row.outputs:
             found["pooler_output"] = out.pooler_output
         return found
-    found = {"last_hidden_state": out.hidden_states[-1]}
+    found = {"last_hidden_state": states[-1]}
     if pooled:
         found["pooler_output"] = pooled[-1]
     if "nsp_logits" in row.outputs:
@@ -221,6 +224,16 @@ def _traced_as_python(model: PreTrainedModel) -> Iterator[None]:
         module.build_rpos = scripted
 
 
+def _traced_as(model: PreTrainedModel) -> contextlib.AbstractContextManager[None]:
+    """What a family's graph needs while it is traced: ModernBERT's attention without ``t × t`` masks and with
+    banded local layers (:mod:`export.modernbert`); nothing for the others."""
+    if model.config.model_type == "modernbert":
+        from .modernbert import banded_attention
+
+        return banded_attention(model)
+    return contextlib.nullcontext()
+
+
 def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET) -> None:
     """Export ``model``'s main graph (encoder + the row's heads) to ``path`` with optimum's exporter and run
     onnx's full checker on the result.
@@ -232,7 +245,7 @@ def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET)
     expected = module.row.outputs
     wanted = graph_inputs(model)
     config = _heads_onnx_config(module.row, wanted)(model.config, task="feature-extraction")
-    with _traced_as_python(model):
+    with _traced_as(model), _traced_as_python(model):
         inputs, outputs = optimum_export(module, config, path, opset=opset)
     if tuple(inputs) != wanted or tuple(outputs) != expected:
         raise ExportError(f"exported graph has inputs {inputs} and outputs {outputs}, expected {wanted} and {expected}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bertonnx.manifest import Manifest
 from bertonnx.table import ARCHITECTURES as KINDS
 from bertonnx.table import FAMILIES, HEADS, Architecture, Family
 
@@ -25,8 +26,10 @@ __all__ = [
     "TASK_ALIASES",
     "HeadRow",
     "head_prefixes",
+    "label_names",
     "row_for",
     "row_for_config",
+    "seeded_labels",
 ]
 
 #: Parameter-name prefixes of each head in BERT's classes: the base model is ``bert.`` in every class but
@@ -180,3 +183,45 @@ def row_for_config(architectures: list[str] | None, where: str, family: Family |
         f"{where} names architectures {architectures}; bertonnx exports {known}. Pass --task to export the "
         "checkpoint as one of them (e.g. --task feature-extraction for the encoder alone)."
     )
+
+
+def label_names(labels: tuple[str, ...] | None, num_labels: int | None) -> tuple[str, ...] | None:
+    """The label names ``--labels`` and ``--num-labels`` give a seeded classification head, in index order.
+
+    ``--num-labels N`` alone names them ``LABEL_0`` ... ``LABEL_{N-1}`` (transformers' names); with ``--labels``
+    it must equal their count. ``None`` when neither is given (the checkpoint's own labels are kept).
+
+    Raises:
+        ExportError: an empty or repeated name, a count below 1, or the two options disagree.
+    """
+    if num_labels is not None and num_labels < 1:
+        raise ExportError(f"--num-labels must be a whole number >= 1 (1 makes a reranker), got {num_labels}")
+    if labels is None:
+        return None if num_labels is None else tuple(f"LABEL_{i}" for i in range(num_labels))
+    names = tuple(name.strip() for name in labels)
+    if not names or "" in names:
+        position = names.index("") + 1 if "" in names else 1
+        raise ExportError(
+            f"--labels has an empty name (label {position} of {len(names) or 1}); name every label, comma-separated, "
+            "e.g. --labels negative,neutral,positive"
+        )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ExportError(
+            f"--labels names {', '.join(repr(n) for n in repeated)} more than once; every label needs its own name "
+            "(id2label and label2id map one to one)"
+        )
+    if num_labels is not None and num_labels != len(names):
+        raise ExportError(
+            f"--labels gives {len(names)} names but --num-labels says {num_labels}; drop --num-labels (--labels sets "
+            "the count) or make them agree"
+        )
+    return names
+
+
+def seeded_labels(manifest: Manifest) -> tuple[str, ...] | None:
+    """The labels an export gave its seeded classification head (``--labels``, ``--num-labels``, or the config's
+    own), for rebuilding its PyTorch reference with the same width; ``None`` for a trained head or none."""
+    labels = manifest.id2label
+    seeded = any(manifest.heads.get(head) == "seeded" for head in ("classifier", "token_classifier"))
+    return tuple(labels[i] for i in range(len(labels))) if labels is not None and seeded else None

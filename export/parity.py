@@ -39,6 +39,7 @@ from bertonnx.exit_codes import EXIT_BREACH, EXIT_OK, EXIT_USAGE  # noqa: F401 -
 from bertonnx.files import check_output_file, read_lines, write_atomic
 from bertonnx.info import source_text, weights_text
 from bertonnx.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest, read_manifest
+from bertonnx.surface import envelope
 
 from . import gate
 from .errors import ExportError
@@ -120,6 +121,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
     Raises:
         UsageError: the reference cannot be loaded, or it is not the exported architecture.
     """
+    from .heads import seeded_labels
     from .source import load_source
 
     weights = manifest.weights
@@ -138,6 +140,7 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
             allow_random_heads=bool(weights.get("random_heads")),
             revision=revision,
             task=manifest.architecture,
+            labels=seeded_labels(manifest),
         )
     except ExportError as exc:
         raise UsageError(
@@ -338,17 +341,20 @@ def run(args: argparse.Namespace) -> int:
     if args.report:
         write_report(Path(args.report), header, rows, problems)
     if args.json:
-        payload = {
-            "directory": str(manifest.directory),
-            "inputs": len(encoded),
-            "passed": not problems,
-            "random_weights": manifest.random_weights,
-            "variants": {
+        payload = envelope(  # the envelope of every command; parity has no per-input results
+            manifest.directory,
+            None,
+            manifest.random_weights,
+            [],
+            directory=str(manifest.directory),
+            inputs=len(encoded),
+            passed=not problems,
+            variants={
                 r.variant: {"passed": r.passed, "figures": r.figures, "token_mismatches": r.token_mismatches}
                 for r in results
             },
-            "breaches": problems,
-        }
+            breaches=problems,
+        )
         print(json.dumps(payload, indent=2))
     else:
         print("\n".join(line.removeprefix("- ") for line in header))

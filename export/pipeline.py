@@ -42,6 +42,7 @@ from bertonnx.version import __version__
 from . import gate, sentence
 from .errors import ExportError
 from .graph import DEFAULT_OPSET, describe_io, export_graph, export_mlm_head
+from .heads import label_names
 from .source import DEFAULT_MODEL, Source, load_source
 from .variants import build_bf16, build_int8, build_optimized, calibration_feeds, externalize
 
@@ -89,6 +90,10 @@ class ExportOptions:
     force: bool = False
     #: ``--task``: a task name or class name of :mod:`export.heads`; ``None`` exports the checkpoint's own.
     task: str | None = None
+    #: ``--labels``: label names of a seeded classification head, in index order (sets ``num_labels``).
+    labels: tuple[str, ...] | None = None
+    #: ``--num-labels``: the head's width; alone, the labels are named ``LABEL_0`` ... (1 makes a reranker).
+    num_labels: int | None = None
     #: ``--variants`` was given: the user named ``variants``, so a lossy one refused by its gate is reported as
     #: a failure (the CLI exits ``EXIT_VARIANT_REFUSED``), not a note. Either way the others are written.
     variants_named: bool = False
@@ -110,6 +115,7 @@ def _step(log: Log, name: str) -> Iterator[None]:
 
 
 def _check_options(options: ExportOptions) -> Path:
+    label_names(options.labels, options.num_labels)  # an empty, repeated or miscounted label: before any work
     unknown = [v for v in options.variants if v not in VARIANT_FILES]
     if unknown or not options.variants:
         raise ExportError(
@@ -342,12 +348,17 @@ def _build(options: ExportOptions, staging: Path, log: Log) -> dict[str, Any]:
             allow_random_heads=options.allow_random_heads,
             revision=options.revision,
             task=options.task,
+            labels=label_names(options.labels, options.num_labels),
         )
     row = source.row
     config = source.model.config
     log(f"[export] architecture {row.architecture}: outputs {', '.join(row.outputs)}; heads {source.heads}")
     for line in source.notes:
         log(f"[export] NOTE {line}")
+    if row.labelled:
+        seeded = source.heads.get("classifier", source.heads.get("token_classifier")) == "seeded"
+        why = " (a seeded head: the names say nothing of what it predicts)" if seeded else ""
+        log(f"[export] labels {', '.join(str(v) for _, v in sorted(config.id2label.items()))}{why}")
     note = _weights_note(source.weights)
     if note:
         log(f"[export] NOTE {note}")

@@ -228,10 +228,16 @@ def cross_encoder_activation(folder: SentenceFolder, num_labels: int) -> str:
     return "sigmoid" if num_labels == 1 else "identity"
 
 
-def max_seq_length(folder: SentenceFolder, tokenizer_max_length: int, positions: int) -> int:
+def max_seq_length(folder: SentenceFolder, tokenizer_max_length: int, positions: int, table: int | None = None) -> int:
     """The length sentence-transformers cuts every input to: ``processor_kwargs.model_max_length`` (or the old
     ``tokenizer_args``), else ``max_seq_length`` from the Transformer's config, else the tokenizer's
     ``model_max_length`` capped at the model's positions.
+
+    Args:
+        positions: the tokens an input may have (``Family.usable_positions``: RoBERTa, XLM-RoBERTa and MPNet
+            count positions from ``padding_idx + 1``, so their 514 position embeddings hold 512 tokens).
+        table: ``max_position_embeddings``; a length equal to it (what sentence-transformers caps at and saves
+            for such a model, whose ``encode`` then fails past ``positions``) is cut to ``positions``.
 
     Raises:
         ExportError: the length is above the positions (sentence-transformers would fail on long inputs).
@@ -244,6 +250,8 @@ def max_seq_length(folder: SentenceFolder, tokenizer_max_length: int, positions:
         length = int(config["max_seq_length"])
     else:
         length = min(int(tokenizer_max_length), positions)
+    if length == table:
+        length = min(length, positions)
     if not 1 <= length <= positions:
         raise ExportError(
             f"{folder.checkpoint}: max_seq_length {length} is outside 1..{positions} (the model's positions)"
@@ -439,7 +447,10 @@ def prepare(model: str, revision: str | None, source: Any, staging: Path) -> Pre
         task["tasks"] = [*source.row.runtime_tasks(None), "embed_sparse"]
     if bool(folder.transformer_config.get("do_lower_case", False)):
         lowercase_tokenizer(source.tokenizer)
-    length = max_seq_length(folder, int(source.tokenizer.model_max_length), int(config.max_position_embeddings))
+    positions = source.row.family.usable_positions(int(config.max_position_embeddings))  # RoBERTa's: 514 - 2
+    length = max_seq_length(
+        folder, int(source.tokenizer.model_max_length), positions, int(config.max_position_embeddings)
+    )
     block = build_block(
         folder, hidden_size=int(config.hidden_size), length=length, staging=staging, vocab_size=int(config.vocab_size)
     )
@@ -486,7 +497,7 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     except ImportError:
         raise ExportError(
             "checking a sentence-transformers folder needs sentence-transformers: pip install "
-            "'sentence-transformers>=5,<6' (the bench extra has it); nothing was written"
+            "'sentence-transformers>=5.7,<6' (the export extra has it); nothing was written"
         ) from None
     from tokenizers import Tokenizer
 
@@ -496,6 +507,7 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     model_class = SparseEncoder if sparse else SentenceTransformer
     model = model_class(str(folder.root), device="cpu", local_files_only=True)
     pipeline = _pipeline(block, tokenizer_path.parent)
+    model.max_seq_length = _capped_length(model.max_seq_length, model[0].auto_model.config, block)
     found = {
         "max_seq_length": model.max_seq_length,
         "prompts": dict(model.prompts),
@@ -529,6 +541,16 @@ def reference_cases(folder: SentenceFolder, tokenizer_path: Path, block: dict[st
     return results
 
 
+def _capped_length(length: int | None, config: Any, block: dict[str, Any]) -> int | None:
+    """The length sentence-transformers reads, or the block's where it read the whole position table: without a
+    ``max_seq_length`` it caps the tokenizer's at ``max_position_embeddings`` (514 for RoBERTa), which a
+    RoBERTa-family model cannot fill (its ``encode`` fails past 512 tokens); bertonnx caps at the usable ones."""
+    ours = int(block["max_seq_length"])
+    if length is not None and length > ours and length == getattr(config, "max_position_embeddings", None):
+        return ours
+    return length
+
+
 def gate_references(prepared: Prepared, tokenizer_path: Path, *, random_weights: bool) -> list[PipelineCase]:
     """What the gate checks the pipeline against: :func:`reference_cases` for a SentenceTransformer folder;
     for a cross-encoder, that ``CrossEncoder(folder)`` reads the same activation and length (its logits are
@@ -546,10 +568,11 @@ def gate_references(prepared: Prepared, tokenizer_path: Path, *, random_weights:
         from sentence_transformers.util import fullname
     except ImportError:
         raise ExportError(
-            "checking a cross-encoder folder needs sentence-transformers: pip install 'sentence-transformers>=5,<6'"
+            "checking a cross-encoder folder needs sentence-transformers: pip install 'sentence-transformers>=5.7,<6'"
         ) from None
     model = CrossEncoder(str(prepared.folder.root), device="cpu", local_files_only=True)
-    found = {"activation": TORCH_ACTIVATIONS.get(fullname(model.activation_fn)), "max_seq_length": model.max_seq_length}
+    length = _capped_length(model.max_seq_length, model.config, prepared.block)
+    found = {"activation": TORCH_ACTIVATIONS.get(fullname(model.activation_fn)), "max_seq_length": length}
     ours = {"activation": prepared.task.get("activation"), "max_seq_length": prepared.block["max_seq_length"]}
     if found != ours:
         raise ExportError(f"{prepared.folder.root}: sentence-transformers reads {found}, bertonnx read {ours}")

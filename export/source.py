@@ -33,7 +33,11 @@ ASSETS_DIR = Path(__file__).parent / "assets"
 BUILTIN_MODELS = {
     "bert-base-uncased": ASSETS_DIR / "bert-base-uncased",
     "google-bert/bert-base-uncased": ASSETS_DIR / "bert-base-uncased",
+    # BERT-Tiny (2 layers, 128 wide): the reference pages' examples export it in seconds
+    "google/bert_uncased_L-2_H-128_A-2": ASSETS_DIR / "bert_uncased_L-2_H-128_A-2",
 }
+#: Shipped configurations whose tokenizer files are another shipped model's (the same vocabulary, shipped once).
+BUILTIN_TOKENIZERS = {ASSETS_DIR / "bert_uncased_L-2_H-128_A-2": ASSETS_DIR / "bert-base-uncased"}
 HUB_PROBE_TIMEOUT_S = 5.0
 #: Files fetched from the hub: configuration, tokenizer and one weights format.
 HUB_PATTERNS = (
@@ -225,6 +229,7 @@ def load_source(
     allow_random_heads: bool = False,
     revision: str | None = None,
     task: str | None = None,
+    labels: tuple[str, ...] | None = None,
 ) -> Source:
     """Load ``model`` as its own architecture (or ``task``'s) in eval mode, with its fast tokenizer.
 
@@ -237,11 +242,14 @@ def load_source(
         revision: hub revision (branch, tag or commit).
         task: a ``--task`` name or class name (:data:`export.heads.TASK_ALIASES`); default: the
             checkpoint's ``config.architectures``.
+        labels: label names of a seeded classification head (:func:`export.heads.label_names`), in index
+            order; ``None`` keeps the config's own.
 
     Raises:
         ExportError: the directory is missing or not a BERT checkpoint, the hub cannot be reached, a head
             is missing without ``allow_random_heads``, the weights hold a head the architecture lacks
-            without ``task``, or ``task`` is unknown.
+            without ``task``, ``task`` is unknown, or ``labels`` are given for a row without labels or for a
+            trained head.
     """
     forced = row_for(task) if task is not None else None
     if weights not in WEIGHT_CHOICES:
@@ -250,7 +258,8 @@ def load_source(
     if path.exists():
         if not path.is_dir():
             raise ExportError(f"{path} is a file; MODEL must be a checkpoint directory or a hub id")
-        return _from_directory(path, str(path.resolve()), "local", None, weights, seed, allow_random_heads, forced)
+        local = str(path.resolve())
+        return _from_directory(path, local, "local", None, weights, seed, allow_random_heads, forced, labels=labels)
     looks_like_path = model.startswith(("/", "./", "../", "~")) or model.endswith("/") or os.sep + os.sep in model
     if looks_like_path or model.count("/") > 1:
         raise ExportError(
@@ -261,10 +270,21 @@ def load_source(
         directory = BUILTIN_MODELS.get(model)
         if directory is None:
             directory = _download(model, revision)
-            return _from_directory(directory, model, "hub", directory.name, "random", seed, allow_random_heads, forced)
+            return _from_directory(
+                directory, model, "hub", directory.name, "random", seed, allow_random_heads, forced, labels=labels
+            )
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
         return _from_directory(
-            directory, model, "builtin-config", None, "random", seed, allow_random_heads, forced, task is not None
+            directory,
+            model,
+            "builtin-config",
+            None,
+            "random",
+            seed,
+            allow_random_heads,
+            forced,
+            task is not None,
+            labels=labels,
         )
     try:
         directory = _download(model, revision)
@@ -280,9 +300,20 @@ def load_source(
         )
         forced = forced or ARCHITECTURES[BUILTIN_ARCHITECTURE]
         return _from_directory(
-            BUILTIN_MODELS[model], model, "builtin-config", None, "random", seed, False, forced, task is not None
+            BUILTIN_MODELS[model],
+            model,
+            "builtin-config",
+            None,
+            "random",
+            seed,
+            False,
+            forced,
+            task is not None,
+            labels=labels,
         )
-    return _from_directory(directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads, forced)
+    return _from_directory(
+        directory, model, "hub", directory.name, "pretrained", seed, allow_random_heads, forced, labels=labels
+    )
 
 
 def _weight_names(path: Path) -> list[str]:
@@ -302,10 +333,17 @@ def _weight_names(path: Path) -> list[str]:
 def _head_kinds(names: list[str], family: Family) -> set[str]:
     """Heads whose parameters appear in ``names`` (``classifier`` stands for a sequence or token classifier:
     the two have the same parameter names)."""
+    kinds = {head: "classifier" if head in CLASSIFIER_HEADS else head for head in head_prefixes(family)}
+    owners: dict[str, set[str]] = {}
+    for head, prefixes in head_prefixes(family).items():
+        for prefix in prefixes:
+            owners.setdefault(prefix, set()).add(kinds[head])
     found = set()
     for head, prefixes in head_prefixes(family).items():
-        if any(name.startswith(prefixes) for name in names):
-            found.add("classifier" if head in CLASSIFIER_HEADS else head)
+        # a module several kinds of head share (ModernBERT's ``head.`` transform) tells none of them apart
+        telling = tuple(prefix for prefix in prefixes if len(owners[prefix]) == 1)
+        if any(name.startswith(telling) for name in names):
+            found.add(kinds[head])
     return found
 
 
@@ -341,6 +379,32 @@ def _choose_row(
     )
 
 
+def _set_labels(
+    config: PretrainedConfig, row: HeadRow, labels: tuple[str, ...], weights_file: Path | None, family: Family
+) -> None:
+    """Name the labels of ``row``'s seeded classification head: ``num_labels``, ``id2label``, ``label2id``.
+
+    Raises:
+        ExportError: ``row`` has no labelled head (fill-mask, question answering ...), or ``weights_file``
+            holds a trained one, whose labels are its own.
+    """
+    if not row.labelled:
+        labelled = " or ".join(dict.fromkeys(r.task_name for r in ROWS if r.labelled))
+        raise ExportError(
+            f"--labels and --num-labels name a classification head's labels; {row.architecture} ({row.task_name}) "
+            f"has no labels. Pass --task {labelled} with them, or leave them out"
+        )
+    if weights_file is not None and "classifier" in _head_kinds(_weight_names(weights_file), family):
+        own = ", ".join(str(v) for _, v in sorted((getattr(config, "id2label", None) or {}).items()))
+        raise ExportError(
+            f"{weights_file} holds a trained classifier head with its own labels ({own}); --labels and --num-labels "
+            "name a seeded head only (--weights random, or --allow-random-heads on a checkpoint without the head). "
+            "Leave them out, or edit id2label in the checkpoint's config.json"
+        )
+    config.id2label = dict(enumerate(labels))
+    config.label2id = {name: i for i, name in enumerate(labels)}
+
+
 def _from_directory(
     directory: Path,
     model_id: str,
@@ -351,6 +415,7 @@ def _from_directory(
     allow_random_heads: bool,
     forced: HeadRow | None = None,
     by_task: bool = True,
+    labels: tuple[str, ...] | None = None,
 ) -> Source:
     import transformers
 
@@ -363,7 +428,7 @@ def _from_directory(
                 f"another family. Pass a task name or one of {', '.join(rows_of(family))}"
             )
         forced = same
-    tokenizer = _tokenizer_for(directory)
+    tokenizer = _tokenizer_for(BUILTIN_TOKENIZERS.get(directory, directory))
     std = float(getattr(config, "initializer_range", INIT_STD_FALLBACK))
     weights_file = _weights_file(directory) if weights != "random" else None
     if weights != "random" and weights_file is None:
@@ -372,6 +437,8 @@ def _from_directory(
             f"weights, or export the architecture with seeded weights: `--weights random`."
         )
     row = _choose_row(directory, config, family, weights_file, forced)
+    if labels is not None:
+        _set_labels(config, row, labels, weights_file, family)
     notes = []
     declared = list(getattr(config, "architectures", None) or [])
     if declared and row.architecture not in declared:
@@ -390,7 +457,8 @@ def _from_directory(
     assert weights_file is not None
     torch.manual_seed(seed)
     try:
-        net, info = model_class.from_pretrained(directory, output_loading_info=True)
+        named = {"config": config} if labels is not None else {}  # the labels set above
+        net, info = model_class.from_pretrained(directory, output_loading_info=True, **named)
     except Exception as exc:  # noqa: BLE001 - one clear message for any unreadable checkpoint
         raise ExportError(f"cannot load {row.architecture} weights from {weights_file}: {exc}") from None
     missing = sorted(info["missing_keys"])

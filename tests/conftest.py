@@ -267,6 +267,20 @@ def minilm_export(
     return outdir
 
 
+@pytest.fixture(scope="session")
+def minilm_st_export(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, minilm_checkpoint: Path
+) -> Path:
+    """The all-MiniLM-L6-v2 sentence-transformers folder exported without flags (every variant), as docs/export.md
+    shows: its default embedding is ``encode``'s."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    outdir = tmp_path_factory.mktemp("minilm-st") / "model"
+    with announce(request, "exporting the all-MiniLM-L6-v2 folder without flags (real weights)"):
+        run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint)), log=lambda message: None)
+    return outdir
+
+
 #: Seed of the sharpened token-classification and QA heads (see :func:`sharp_checkpoint`).
 SHARPEN_SEED = 7
 
@@ -389,3 +403,58 @@ def pipeline_heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[
         run_export(ExportOptions(outdir=outdir, model=str(checkpoint), variants=("fp32",)), log=lambda message: None)
         built[name] = (checkpoint, outdir)
     return built
+
+
+#: The class of each family beyond BERT that also exports the optimized and int8 variants (every other class of
+#: :data:`tests.families.CLASSES` exports fp32 only).
+FAMILY_FULL_VARIANTS = {
+    "RobertaForSequenceClassification",
+    "XLMRobertaForSequenceClassification",
+    "DistilBertForSequenceClassification",
+    "MPNetForSequenceClassification",
+    "ElectraForPreTraining",
+    "ModernBertForSequenceClassification",
+    "DebertaV2ForSequenceClassification",
+}
+FAMILY_VARIANTS = ("fp32", "optimized", "int8")
+
+
+@pytest.fixture(scope="session")
+def family_export(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """``(architecture, num_labels=None) -> (checkpoint, export, export log)`` of a tiny seeded checkpoint of
+    :data:`tests.families.CLASSES`, each built once per session on first use (``num_labels=1``: a cross-encoder)."""
+    pytest.importorskip("torch")
+    import warnings
+
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    from .families import build_family_checkpoint
+
+    root = tmp_path_factory.mktemp("families")
+    built: dict[tuple[str, int | None], tuple[Path, Path, list[str]]] = {}
+
+    def get(architecture: str, num_labels: int | None = None) -> tuple[Path, Path, list[str]]:
+        import torch
+
+        key = (architecture, num_labels)
+        if key not in built:
+            name = architecture if num_labels is None else f"{architecture}-{num_labels}"
+            checkpoint = build_family_checkpoint(architecture, root / name / "checkpoint", num_labels=num_labels)
+            outdir = root / name / "model"
+            log: list[str] = []
+            full = architecture in FAMILY_FULL_VARIANTS and num_labels is None
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # a tiny model: one thread is 25x faster than two on a busy 2-core machine
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    options = ExportOptions(
+                        outdir=outdir, model=str(checkpoint), variants=FAMILY_VARIANTS if full else ("fp32",)
+                    )
+                    run_export(options, log=log.append)
+            finally:
+                torch.set_num_threads(threads)
+            built[key] = (checkpoint, outdir, log)
+        return built[key]
+
+    return get

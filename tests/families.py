@@ -3,8 +3,9 @@
 Every tokenizer is trained here with the ``tokenizers`` library on :data:`CORPUS` (no network) and saved as
 transformers saves it: byte-level BPE for RoBERTa (``RobertaTokenizerFast``), Unigram (SentencePiece-style) for
 XLM-RoBERTa (``XLMRobertaTokenizerFast``), WordPiece for DistilBERT, MPNet and ELECTRA (their ``*TokenizerFast``,
-with MPNet's ``<s>``/``</s>`` specials). Checkpoints are 2 layers, hidden 32, every weight drawn from one seed,
-as :mod:`tests.heads` builds BERT's. torch and transformers are imported only when something is built.
+with MPNet's ``<s>``/``</s>`` specials), byte-level BPE with ``[CLS]``/``[SEP]`` for ModernBERT (a plain
+``PreTrainedTokenizerFast``, as its hub tokenizer). Checkpoints are 2 layers, hidden 32, every weight drawn from
+one seed, as :mod:`tests.heads` builds BERT's. torch and transformers are imported only when something is built.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ TOKENIZER_KINDS = {
     "mpnet": "wordpiece-mpnet",
     "electra": "wordpiece",
     "deberta-v2": "unigram-deberta",
+    "modernbert": "bpe-modernbert",
 }
 FAMILY_PREFIXES = {
     "roberta": "Roberta",
@@ -63,6 +65,7 @@ FAMILY_PREFIXES = {
     "mpnet": "MPNet",
     "electra": "Electra",
     "deberta-v2": "DebertaV2",
+    "modernbert": "ModernBert",
 }
 #: transformers classes of each family that the tests build.
 CLASSES = {
@@ -101,6 +104,10 @@ DEBERTA_V3 = {
     "max_relative_positions": -1,
     "type_vocab_size": 0,
 }
+#: ModernBERT's tokenizer: byte-level BPE in a plain ``PreTrainedTokenizerFast`` with BERT's bracketed specials.
+MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+#: Positions of the tiny ModernBERT (its real checkpoints take 8,192 tokens; so does the tiny one).
+MODERNBERT_POSITIONS = 8192
 SEQUENCE_LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 TOKEN_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 
@@ -108,6 +115,8 @@ TOKEN_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 def _fast_class(family: str) -> Any:
     import transformers
 
+    if family == "modernbert":  # its hub tokenizer is the generic fast class over a tokenizer.json
+        return transformers.PreTrainedTokenizerFast
     return getattr(transformers, FAMILY_PREFIXES[family] + "TokenizerFast")
 
 
@@ -121,7 +130,9 @@ def build_tokenizer(family: str, directory: str | Path) -> Any:
     path.mkdir(parents=True, exist_ok=True)
     kind = TOKENIZER_KINDS[family]
     fast = _fast_class(family)
-    if kind == "bpe":
+    if kind == "bpe-modernbert":
+        tokenizer = _modernbert_tokenizer(fast)
+    elif kind == "bpe":
         bpe = ByteLevelBPETokenizer()
         bpe.train_from_iterator(CORPUS, vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=ROBERTA_SPECIALS)
         vocab, merges = bpe.save_model(str(path))
@@ -148,7 +159,8 @@ def build_tokenizer(family: str, directory: str | Path) -> Any:
         wordpiece.train_from_iterator(CORPUS, vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=specials)
         (vocab,) = wordpiece.save_model(str(path))
         tokenizer = fast(vocab_file=vocab)
-    tokenizer.model_max_length = MAX_TOKENS  # as published tokenizers say it (the pipelines' windows need it)
+    # as published tokenizers say it (the pipelines' windows need it)
+    tokenizer.model_max_length = MODERNBERT_POSITIONS if family == "modernbert" else MAX_TOKENS
     tokenizer.save_pretrained(str(path))
     return tokenizer
 
@@ -185,6 +197,34 @@ def _deberta_tokenizer(fast: Any) -> Any:
     )
 
 
+def _modernbert_tokenizer(fast: Any) -> Any:
+    """ModernBERT's kind of tokenizer: byte-level BPE without a prefix space, ``[CLS] A [SEP] B [SEP]`` (segment 1
+    on B's side, as its published tokenizer.json), ``[MASK]`` stripping the space on its left."""
+    from tokenizers import AddedToken, ByteLevelBPETokenizer, processors
+
+    bpe = ByteLevelBPETokenizer(add_prefix_space=False)
+    bpe.train_from_iterator(CORPUS, vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=MODERNBERT_SPECIALS)
+    backend = bpe._tokenizer
+    cls, sep = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    mask = AddedToken("[MASK]", lstrip=True, rstrip=False, normalized=False, special=True)
+    backend.add_special_tokens([mask])
+    return fast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        mask_token=mask,
+        model_input_names=["input_ids", "attention_mask"],
+        clean_up_tokenization_spaces=True,
+    )
+
+
 def slow_tokenizer(family: str, directory: str | Path) -> Any:
     """The Python (slow) tokenizer of ``directory``'s vocabulary, or ``None`` where it needs ``sentencepiece``
     (XLM-RoBERTa's, which reads a SentencePiece model file the ``tokenizers`` trainer does not write)."""
@@ -193,7 +233,7 @@ def slow_tokenizer(family: str, directory: str | Path) -> Any:
     path = Path(directory)
     kind = TOKENIZER_KINDS[family]
     slow = getattr(transformers, FAMILY_PREFIXES[family] + "Tokenizer", None)
-    if kind.startswith("unigram") or slow is None:
+    if kind.startswith("unigram") or kind == "bpe-modernbert" or slow is None:
         return None
     if kind == "bpe":
         return slow(vocab_file=str(path / "vocab.json"), merges_file=str(path / "merges.txt"))
@@ -229,6 +269,18 @@ def _config(family: str, vocab_size: int, tokenizer: Any, extra: dict[str, Any])
         return config_class(max_position_embeddings=514, type_vocab_size=1, bos_token_id=0, eos_token_id=2, **common)
     if family == "deberta-v2":
         return transformers.DebertaV2Config(max_position_embeddings=512, **{**DEBERTA_V3, **common})
+    if family == "modernbert":
+        return transformers.ModernBertConfig(
+            max_position_embeddings=MODERNBERT_POSITIONS,
+            global_attn_every_n_layers=2,  # layer 0 global, layer 1 local (window 128)
+            local_attention=128,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+            norm_bias=True,  # every weight seeded, none left at a default
+            **common,
+        )
     if family == "mpnet":
         return transformers.MPNetConfig(max_position_embeddings=514, relative_attention_num_buckets=32, **common)
     return transformers.ElectraConfig(embedding_size=16, max_position_embeddings=512, **common)
@@ -248,7 +300,8 @@ def build_family_checkpoint(
         architecture: a class name from :data:`CLASSES`.
         num_labels: labels of a sequence classifier (1 makes a cross-encoder); default 3 named labels (5 for a
             token classifier).
-        config: more config attributes (``problem_type``, DeBERTa's ``type_vocab_size`` ...).
+        config: more configuration values (ModernBERT's ``classifier_pooling="mean"``, DeBERTa's
+            ``type_vocab_size``, ``problem_type`` ...).
 
     Raises:
         ValueError: ``architecture`` is not in :data:`CLASSES`.

@@ -510,3 +510,20 @@ def test_paired_timing_alternates_and_swaps_the_order_each_round() -> None:
     first, second = measure_paired(lambda: calls.append("a"), lambda: calls.append("b"), plan)
     assert len(first) == len(second) == 4
     assert calls == ["a", "b"] + ["a", "b", "b", "a"] * 2  # warm-up, then rounds with the order swapped
+
+
+def test_long_inputs_benchmark_quick_runs_and_checks_its_states(tmp_path: Path) -> None:
+    """``benchmarks.long --quick``: a tiny ModernBERT exported, onnxruntime and torch run at 512 and 2,048 tokens,
+    their states checked against torch sdpa's; ``--out`` replaces only the file's ``## Measured`` section."""
+    from bertonnx_benchmarks.long import run, write_section
+
+    report = run(quick=True, runners=("onnxruntime fp32",))
+    rows = [line for line in report.splitlines() if line.startswith("| 2048 |") or line.startswith("| 512 |")]
+    assert [row.split(" | ")[1] for row in rows] == ["onnxruntime fp32", "torch sdpa"] * 2
+    assert all(float(row.rstrip(" |").rsplit("| ", 1)[1]) <= 1e-4 for row in rows)  # max abs vs torch sdpa
+    page = tmp_path / "LONG.md"
+    page.write_text("# Long inputs\n\nhow to run\n\n## Measured\n\nold figures\n", encoding="utf-8")
+    write_section(page, report)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Long inputs\n\nhow to run\n\n## Measured (--quick")
+    assert "old figures" not in text

@@ -46,11 +46,11 @@ def test_fused_graph_counts_the_same(tiny_export: Path) -> None:
 
 @pytest.mark.torch_free
 def test_tokenize_nsp_embed(capsys: pytest.CaptureFixture[str], tiny_export: Path, tmp_path: Path) -> None:
-    tok = run_json(capsys, "tokenize", str(tiny_export), "the weather is nice", "i agree with you")
+    tok = run_json(capsys, "tokenize", str(tiny_export), "the weather is nice", "i agree with you")["results"][0]
     assert tok["tokens"] == PAIR_TOKENS
     assert tok["type_ids"] == [0] * 6 + [1] * 5
     nsp = run_json(capsys, "nsp", str(tiny_export), "the weather is nice", "i agree with you")
-    assert 0.0 < nsp["is_next_probability"] < 1.0
+    assert 0.0 < nsp["results"][0] < 1.0
     target = tmp_path / "vectors.npy"
     run_json(capsys, "embed", str(tiny_export), "one", "two words", "--output", str(target), "--pooling", "mean")
     assert np.load(target).shape == (2, 32)

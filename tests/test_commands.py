@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -112,19 +113,19 @@ def test_options_go_anywhere(capsys: pytest.CaptureFixture[str], tiny_export: Pa
         assert len(first) == 2
         for out in outputs[1:]:
             rows = out.splitlines()
-            vectors = [json.loads(r)["embedding"] for r in rows] if len(rows) == 2 else json.loads(out)["embeddings"]
+            vectors = [json.loads(r)["embedding"] for r in rows] if len(rows) == 2 else json.loads(out)["results"]
             assert vectors == first
         return
     assert all(p == payloads[0] for p in payloads[1:])
     if orders[0][0] == "tokenize":
-        assert payloads[0]["tokens"] == ["[CLS]", "the", "weather", "[SEP]", "is", "nice", "[SEP]"]
+        assert payloads[0]["results"][0]["tokens"] == ["[CLS]", "the", "weather", "[SEP]", "is", "nice", "[SEP]"]
 
 
 def test_text_that_looks_like_an_option_follows_a_double_dash(
     capsys: pytest.CaptureFixture[str], tiny_export: Path
 ) -> None:
     out = _stdout(capsys, ["tokenize", str(tiny_export), "--json", "--", "--debug is a word here"])
-    assert json.loads(out)["tokens"][-5:] == ["is", "a", "word", "here", "[SEP]"]
+    assert json.loads(out)["results"][0]["tokens"][-5:] == ["is", "a", "word", "here", "[SEP]"]
 
 
 @pytest.mark.parametrize(
@@ -148,6 +149,33 @@ def test_parity_and_bench_take_options_anywhere() -> None:
 
 
 # -- one line per failure ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "advice"),
+    [
+        # a hub id given where an export is expected: export that id (not bert-base-uncased into a folder so named)
+        ("dslim/bert-base-NER", "`bertonnx export dslim/bert-base-NER models/bert-base-NER`"),
+        # a folder not made yet (the hub keeps "models/" for its own pages, so it is no model id)
+        ("models/sentiment", "`bertonnx export bert-base-uncased models/sentiment`"),
+        # a transformers checkpoint (config.json, no bertonnx.json): export it
+        ("checkpoint", "is a checkpoint, not a bertonnx export: it has no bertonnx.json. Export it first"),
+    ],
+)
+def test_a_missing_model_folder_gets_advice_that_fits_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str, advice: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "config.json").write_text("{}", encoding="utf-8")
+    code = main(["tag", given, "Angela Merkel met Emmanuel Macron."])
+    line = one_line(capsys.readouterr().err)
+    assert code == EXIT_USAGE, line
+    assert advice in line
+    if given == "dslim/bert-base-NER":
+        assert "bert-base-uncased" not in line
+    if given == "checkpoint":
+        assert "`bertonnx export checkpoint models/checkpoint`" in line
 
 
 @pytest.mark.parametrize(
@@ -244,8 +272,8 @@ def test_every_command_prints_its_usage_without_the_extras() -> None:
         assert result.stdout.startswith(f"usage: bertonnx {name} "), result.stdout
         assert "--debug" in result.stdout
     overview = run_cli("--help", blocked=EXTRAS_STACK)
-    assert "export       export a checkpoint (BERT, RoBERTa" in overview.stdout
-    assert "serve        serve DIR over HTTP" in overview.stdout
+    assert re.search(r"\n  export +export a checkpoint \(BERT, RoBERTa", overview.stdout), overview.stdout
+    assert re.search(r"\n  serve +serve DIR over HTTP", overview.stdout), overview.stdout
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

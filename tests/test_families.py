@@ -1,19 +1,19 @@
-"""Every encoder family beyond BERT (issue 31): RoBERTa, XLM-RoBERTa, DistilBERT, MPNet and ELECTRA.
+"""Every encoder family beyond BERT (issue 31): RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ELECTRA and ModernBERT.
 
 Each class of each family is built tiny and seeded with a tokenizer of the family's kind trained here
 (:mod:`tests.families`), exported without flags and checked: the gate passed on every variant built, the graph
 takes the family's inputs, the manifest's token limit is the usable positions, and the runtime's tokens and
 answers equal transformers' on the same checkpoint over unicode, pairs and inputs longer than the limit.
 
-Exports are session-scoped and built on first use; every class exports fp32, and one class per family also
-the optimized and int8 variants (the whole file stays within a few minutes on 2 cores).
+Exports are session-scoped (``family_export``, in conftest.py, shared with tests/test_family_surfaces.py) and
+built on first use; every class exports fp32, and one class per family also the optimized and int8 variants (the
+whole file stays within a few minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +26,14 @@ from bertonnx.manifest import read_manifest
 from bertonnx.table import FAMILIES
 from bertonnx.tokenizer import TextTokenizer
 
-from .conftest import WHEEL_CACHE
+from .conftest import FAMILY_FULL_VARIANTS, WHEEL_CACHE
 from .families import CLASSES, build_family_checkpoint, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ALL_CLASSES = [name for names in CLASSES.values() for name in names]
-#: The class of each family that also exports the optimized and int8 variants.
-FULL_VARIANTS = {
-    "RobertaForSequenceClassification",
-    "XLMRobertaForSequenceClassification",
-    "DistilBertForSequenceClassification",
-    "MPNetForSequenceClassification",
-    "ElectraForPreTraining",
-    "DebertaV2ForSequenceClassification",
-}
-VARIANTS = ("fp32", "optimized", "int8")
+FULL_VARIANTS = FAMILY_FULL_VARIANTS
 EXACT_ATOL = 1e-4
 _LONG = (
     "The history of natural language processing generally started in the 1950s, although work can be found "
@@ -75,36 +66,6 @@ def _family_of(architecture: str) -> str:
     return next(family for family, names in CLASSES.items() if architecture in names)
 
 
-@pytest.fixture(scope="session")
-def family_export(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path, list[str]]]:
-    """``architecture -> (checkpoint, export, export log)``, each built once per session on first use."""
-    from bertonnx_export.pipeline import ExportOptions, run_export
-
-    root = tmp_path_factory.mktemp("families")
-    built: dict[str, tuple[Path, Path, list[str]]] = {}
-
-    def get(architecture: str) -> tuple[Path, Path, list[str]]:
-        import torch
-
-        if architecture not in built:
-            checkpoint = build_family_checkpoint(architecture, root / architecture / "checkpoint")
-            outdir = root / architecture / "model"
-            log: list[str] = []
-            variants = VARIANTS if architecture in FULL_VARIANTS else ("fp32",)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)  # a tiny model: one thread is 25x faster than two on a busy 2-core machine
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    run_export(ExportOptions(outdir=outdir, model=str(checkpoint), variants=variants), log=log.append)
-            finally:
-                torch.set_num_threads(threads)
-            built[architecture] = (checkpoint, outdir, log)
-        return built[architecture]
-
-    return get
-
-
 def _load(export: Path, variant: str = "fp32") -> BertOnnx:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a saved seeded checkpoint is "pretrained": no RandomWeightsWarning
@@ -131,8 +92,9 @@ def test_every_class_exports_through_the_gate(family_export: Any, architecture: 
     assert manifest.model_type == family.model_type
     assert manifest.input_names == family.inputs
     assert ("token_type_ids" in manifest.input_names) == (family.model_type in ("bert", "electra"))
-    assert manifest.max_position_embeddings == 512  # usable tokens, also where 514 positions are embedded
-    assert manifest.config.get("position_embeddings", 512) == 512 + family.position_offset
+    usable = 8192 if family.model_type == "modernbert" else 512  # ModernBERT: rotary positions, 8,192 of them
+    assert manifest.max_position_embeddings == usable  # usable tokens, also where 514 positions are embedded
+    assert manifest.config.get("position_embeddings", usable) == usable + family.position_offset
     for variant, record in manifest.variants.items():
         assert record["parity"]["passed"], (variant, record["parity"])
         assert record["parity"]["last_hidden_state_max_abs"] <= (EXACT_ATOL if variant != "int8" else 0.05)
@@ -342,7 +304,7 @@ def test_adapter_reads_the_specials_from_the_files(tokenizer_dirs: dict[str, Pat
     )
     assert ours.special_tokens_single == reference.num_special_tokens_to_add(pair=False) == 2
     assert ours.special_tokens_pair == reference.num_special_tokens_to_add(pair=True)
-    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "deberta-v2") else 4)
+    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "modernbert", "deberta-v2") else 4)
 
 
 @pytest.mark.parametrize("family", list(CLASSES))
@@ -479,3 +441,138 @@ def test_real_mpnet_embeds_as_sentence_transformers(tmp_path_factory: pytest.Tem
     np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=0)
     similarity = ours @ ours.T
     assert similarity[0, 0] == pytest.approx(1.0, abs=1e-5)
+
+
+# -- ModernBERT: 8,192 positions, banded local attention, mean pooling ----------------------------------------
+
+#: Texts of 2,000 to 8,192 tokens with the tiny ModernBERT tokenizer (about 2 tokens per word here).
+_WORDS = _LONG.split()
+
+
+def _modernbert_text(tokens: int, model: BertOnnx, mask: str | None = None) -> str:
+    """A text of at most ``tokens`` tokens (special tokens included, a few less: it ends at a word) for ``model``'s
+    tokenizer, with ``mask`` in its middle when given."""
+    (encoding,) = model.encode([_LONG * (tokens // 20)], truncation=True, max_length=tokens)
+    text = (_LONG * (tokens // 20))[: encoding.offsets[-2][1]]
+    text = text[: text.rfind(" ")]
+    if mask is not None:
+        middle = text.find(" ", len(text) // 2)
+        text = text[:middle] + f" {mask}" + text[middle:]
+    return text
+
+
+def test_modernbert_attention_rewrite_equals_the_masked_attention() -> None:
+    """The export's banded local and sliced global attention give what masking all ``t × t`` scores gives, at
+    lengths off the block size, with padding."""
+    import torch
+
+    from bertonnx_export.modernbert import banded_local_attention, chunked_global_attention
+
+    generator = torch.Generator().manual_seed(5)
+    for length in (3, 64, 129, 300):
+        q, k, v = (torch.randn(2, 3, length, 8, generator=generator) for _ in range(3))
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[1, length // 2 + 1 :] = 0
+        positions = torch.arange(length)
+        keys = mask[:, None, None, :] > 0
+        for half, local in ((64, True), (length, False)):
+            allowed = ((positions[:, None] - positions[None, :]).abs() <= half)[None, None] & keys
+            scores = (q @ k.transpose(-1, -2)) * 8**-0.5
+            expected = scores.masked_fill(~allowed, torch.finfo(torch.float32).min).softmax(-1) @ v
+            if local:
+                got = banded_local_attention(q, k, v, mask, half, 8**-0.5)
+            else:
+                bias = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+                got = chunked_global_attention(q, k, v, bias, 8**-0.5)
+            valid = mask[:, None, :, None].bool().expand_as(expected)
+            assert (got - expected).abs()[valid].max() <= 1e-6, (length, local)
+
+
+def test_modernbert_mean_pooling_classifier_equals_the_pipeline(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``classifier_pooling="mean"`` (averaged over the tokens, padding left out) through the gate, and equal to
+    the pipeline on texts of different lengths classified in one padded batch."""
+    from bertonnx_export.pipeline import ExportOptions, run_export
+
+    root = tmp_path_factory.mktemp("modernbert-mean")
+    checkpoint = build_family_checkpoint(
+        "ModernBertForSequenceClassification", root / "checkpoint", config={"classifier_pooling": "mean"}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        manifest = run_export(ExportOptions(outdir=root / "model", model=str(checkpoint)), log=lambda _: None)
+    assert manifest["variants"]["fp32"]["parity"]["logits_max_abs"] <= EXACT_ATOL
+    model = _load(root / "model")
+    texts = [*TEXTS[:4], _LONG * 3]
+    expected = _pipeline("text-classification", checkpoint, top_k=None)(texts)
+    _assert_ranked(model.classify(texts, top_k=None), expected)
+
+
+def _modernbert_embed_equals_torch(family_export: Any, tokens: int) -> None:
+    """A text cut to ``tokens`` tokens, a short one and one of 2,000 embedded under a 1,024-token budget (the long
+    ones run as batches of their own) equal PyTorch's mean-pooled states."""
+    import torch
+    from transformers import AutoModel
+
+    checkpoint, export, _ = family_export("ModernBertModel")
+    model = _load(export)
+    assert model.max_length == 8192  # the config's positions, not BERT's 512
+    longest = _LONG * 500
+    with pytest.raises(ValueError, match="more than max_length=8192"):
+        model.encode([longest])
+    texts = [longest, "the weather is nice", _modernbert_text(2000, model)]
+    encodings = model.encode(texts, truncation=True, max_length=tokens)
+    assert len(encodings[0].ids) == tokens
+    assert 1900 <= len(encodings[2].ids) <= 2000
+    ours = model.embed(texts, pooling="mean", truncation=True, max_length=tokens, max_batch_tokens=1024)
+    encoder = AutoModel.from_pretrained(str(checkpoint)).eval()
+    for encoding, vector in zip(encodings, ours, strict=True):
+        ids = torch.tensor([encoding.ids])
+        with torch.inference_mode():
+            states = encoder(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[0]
+        np.testing.assert_allclose(vector, states.mean(0).numpy(), atol=EXACT_ATOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_modernbert_8192_tokens_equal_torch(family_export: Any) -> None:
+    """The whole 8,192 positions (PyTorch's SDPA takes most of this test's time at that length)."""
+    _modernbert_embed_equals_torch(family_export, 8192)
+
+
+def test_modernbert_long_inputs_equal_torch_and_the_pipelines(family_export: Any) -> None:
+    """2,000 to 4,096 tokens: embed equals PyTorch, classify, tag, fill-mask and answer the pipelines."""
+    _modernbert_embed_equals_torch(family_export, 4096)
+
+    checkpoint, export, _ = family_export("ModernBertForSequenceClassification")
+    model = _load(export)
+    texts = [_modernbert_text(2000, model)]
+    _assert_ranked(model.classify(texts, top_k=None), _pipeline("text-classification", checkpoint, top_k=None)(texts))
+
+    checkpoint, export, _ = family_export("ModernBertForTokenClassification")
+    model = _load(export)
+    text = _modernbert_text(2000, model)
+    reference = _pipeline("token-classification", checkpoint, aggregation_strategy="simple", ignore_labels=[])
+    (got,) = model.tag([text], ignore_labels=())
+    theirs = reference(text)
+    assert [(e["entity_group"], e["start"], e["end"]) for e in got] == [
+        (e["entity_group"], e["start"], e["end"]) for e in theirs
+    ]
+    np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in theirs], atol=EXACT_ATOL)
+
+    checkpoint, export, _ = family_export("ModernBertForMaskedLM")
+    model = _load(export)
+    text = _modernbert_text(2000, model, mask=model.tokenizer.mask_token)
+    ((ours_masks,),) = model.fill_mask([text])  # one text, one mask
+    theirs_masks = _pipeline("fill-mask", checkpoint, top_k=5)(text)
+    assert [d["token"] for d in ours_masks] == [d["token"] for d in theirs_masks]
+    np.testing.assert_allclose([d["score"] for d in ours_masks], [d["score"] for d in theirs_masks], rtol=1e-3)
+
+    checkpoint, export, _ = family_export("ModernBertForQuestionAnswering")
+    model = _load(export)
+    context = CONTEXT * 21  # about 2,000 tokens with the question, answered in one window
+    theirs_answers = _pipeline("question-answering", checkpoint)(
+        question=QUESTION, context=context, top_k=3, max_seq_len=8192, doc_stride=128
+    )
+    theirs_answers = [theirs_answers] if isinstance(theirs_answers, dict) else theirs_answers  # one answer: a dict
+    ours_answers = model.answer(QUESTION, context, top_k=3, max_seq_len=8192, doc_stride=128)
+    assert [(a["start"], a["end"]) for a in ours_answers] == [(a["start"], a["end"]) for a in theirs_answers]
+    np.testing.assert_allclose([a["score"] for a in ours_answers], [a["score"] for a in theirs_answers], atol=1e-4)

@@ -241,7 +241,7 @@ def test_cli_heads_equal_the_offline_answers(
     single, rerank, mlm = heads["single"][1], heads["rerank"][1], heads["mlm"][1]
     code, out, _ = _cli(capsys, "classify", "--json", str(single), TEXTS[0], "--pair", PAIRS[0], "--all-labels")
     assert code == 0
-    assert json.loads(out)["predictions"] == _load(single).classify([TEXTS[0]], [PAIRS[0]], top_k=None)
+    assert json.loads(out)["results"] == _load(single).classify([TEXTS[0]], [PAIRS[0]], top_k=None)
     code, out, _ = _cli(capsys, "rerank", str(rerank), "--json", "the query", *TEXTS)
     assert code == 0
     expected = _load(rerank).rerank("the query", TEXTS)
@@ -250,7 +250,7 @@ def test_cli_heads_equal_the_offline_answers(
     ]
     code, out, _ = _cli(capsys, "fill-mask", "--top-k", "3", str(mlm), MASKED[1], "--json")
     assert code == 0
-    assert json.loads(out)["results"] == [{"text": MASKED[1], "masks": _load(mlm).fill_mask(MASKED[1], top_k=3)}]
+    assert json.loads(out)["results"] == [_load(mlm).fill_mask(MASKED[1], top_k=3)]
     code, out, _ = _cli(capsys, "fill-mask", str(mlm), MASKED[0])
     assert code == 0
     assert out.startswith(MASKED[0])

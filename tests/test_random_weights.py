@@ -16,6 +16,7 @@ import bertonnx
 from bertonnx import BertOnnx, RandomWeightsWarning
 from bertonnx.cli import main
 from bertonnx.manifest import MANIFEST_FILE
+from bertonnx.surface import ENVELOPE_KEYS
 
 from .conftest import HAVE_TORCH, ROOT
 
@@ -121,7 +122,9 @@ def test_export_and_parity_json_say_it_too(tiny_checkpoint: Path, tiny_export: P
         [*command, str(out), "--variants", "fp32"], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
     assert exported.returncode == 0, exported.stderr
-    assert json.loads(exported.stdout)["random_weights"] is True
+    exported_json = json.loads(exported.stdout)
+    assert list(exported_json)[: len(ENVELOPE_KEYS)] == list(ENVELOPE_KEYS)  # the envelope of every command
+    assert (exported_json["random_weights"], exported_json["results"]) == (True, [])
     for directory, expected in ((out, True), (tiny_export, False)):
         parity = subprocess.run(
             [sys.executable, "-m", "bertonnx.cli", "parity", str(directory), "--variants", "fp32", "--json"],
@@ -131,4 +134,6 @@ def test_export_and_parity_json_say_it_too(tiny_checkpoint: Path, tiny_export: P
             timeout=600,
         )
         assert parity.returncode == 0, parity.stderr
-        assert json.loads(parity.stdout)["random_weights"] is expected
+        found = json.loads(parity.stdout)
+        assert list(found)[: len(ENVELOPE_KEYS)] == list(ENVELOPE_KEYS)
+        assert found["random_weights"] is expected

@@ -4,13 +4,17 @@ run is run here, as written, in a fresh shell; every relative link of those page
 Each fenced block in ``bash``, ``sh`` or ``python`` carries a marker on the line before it (blank lines
 between are allowed), an HTML comment that readers of the rendered page do not see::
 
-    <!-- readme-test: run [models=NAME[:EXPORT],...] [extras=EXTRA] [modules=MODULE,...] [server=NAME]
-                           [activated] [timeout=SECONDS] -->
+    <!-- readme-test: run [models=NAME[:EXPORT],...] [makes=NAME,...] [extras=EXTRA] [modules=MODULE,...]
+                           [server=NAME] [activated] [timeout=SECONDS] -->
     <!-- readme-test: skip REASON -->
 
 ``run``: the block runs in an empty working directory holding ``.venv`` (a link to this test's venv) and
 ``models/NAME`` (a link to a session export: ``bert-base`` for ``bert-base-uncased``, ``minilm`` for
 ``minilm``, or the one after the colon, e.g. ``models=bert-base-uncased:tiny`` where any export will do).
+``makes=NAME``: the block itself writes ``models/NAME`` (a page makes its own models, as a reader would);
+a later block of the same page that names ``NAME`` in ``models`` without an export gets that folder. A
+name that neither an earlier block makes nor an export stands for is a problem of the page. A block that
+makes folders runs once per session, when it or a block using its folders first runs.
 The environment is a fresh one (``PATH`` of the system only, an empty ``HOME``); ``activated`` puts the
 venv first on ``PATH`` as ``. .venv/bin/activate`` does. A bash block runs with ``-e -o pipefail``: every
 command must succeed. A python block runs statement by statement in the venv's interpreter, and the
@@ -38,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import urllib.request
@@ -64,15 +69,18 @@ EXPORT_FIXTURES = {
     "tiny": "tiny_export",
     "bert-base": "bert_base_export",
     "minilm": "minilm_export",
+    "minilm-st": "minilm_st_export",
     "tiny-classifier": "tiny_classifier_export",
     "tiny-reranker": "tiny_reranker_export",
     "ner": "tiny_ner_export",
     "qa": "tiny_qa_export",
 }
 DEFAULT_EXPORTS = {"bert-base-uncased": "bert-base", "minilm": "minilm"}
+#: The export of a model folder an earlier block of the page makes (``makes=NAME``).
+MADE = "made"
 #: Exports the runtime-only venv has (prebuilt, see conftest); a block needing another is not torch-free.
 TORCH_FREE_EXPORTS = ("tiny", "bert-base")
-SLOW_EXPORTS = ("bert-base", "minilm")
+SLOW_EXPORTS = ("bert-base", "minilm", "minilm-st")
 DEFAULT_TIMEOUT_S = 600
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: The address the README's server examples use (``bertonnx serve``'s default) and how long the harness
@@ -96,6 +104,9 @@ class Block:
     extras: list[str] = field(default_factory=list)
     modules: list[str] = field(default_factory=list)
     server: str | None = None
+    makes: list[str] = field(default_factory=list)
+    #: models=NAME (no export) -> the earlier block of the page that makes models/NAME.
+    made_by: dict[str, Block] = field(default_factory=dict)
     activated: bool = False
     timeout: int = DEFAULT_TIMEOUT_S
     problems: list[str] = field(default_factory=list)
@@ -131,6 +142,9 @@ def _parse_options(block: Block) -> None:
             for item in value.split(","):
                 name, _, export = item.partition(":")
                 export = export or DEFAULT_EXPORTS.get(name, "")
+                if not export:  # made by an earlier block of the page (resolved by parse_readme)
+                    block.models[name] = MADE
+                    continue
                 if export not in EXPORT_FIXTURES:
                     block.problems.append(
                         f"models={item}: no export for {name!r}; say NAME:EXPORT, EXPORT one of "
@@ -142,6 +156,8 @@ def _parse_options(block: Block) -> None:
             if unknown:
                 block.problems.append(f"extras={value}: unknown {unknown}; known: {', '.join(EXTRA_MODULES)}")
             block.extras = value.split(",")
+        elif key == "makes" and value:
+            block.makes = value.split(",")
         elif key == "modules" and value:
             block.modules = value.split(",")
         elif key == "server" and value:
@@ -160,6 +176,7 @@ def parse_readme(text: str, page: str = "README.md") -> list[Block]:
     """The fenced blocks of ``text`` (the page ``page``) with their markers (a marker applies to the next block
     only)."""
     blocks: list[Block] = []
+    made: dict[str, Block] = {}
     lines = text.splitlines()
     section, marker, i = "top", None, 0
     while i < len(lines):
@@ -175,6 +192,15 @@ def parse_readme(text: str, page: str = "README.md") -> list[Block]:
             block = Block(i + 1, fence["language"], code, section, marker, page)
             if marker is not None:
                 _parse_options(block)
+            for name in [n for n, export in block.models.items() if export == MADE]:
+                if name in made:
+                    block.made_by[name] = made[name]
+                else:
+                    block.problems.append(
+                        f"models={name}: no earlier block of the page makes models/{name} (makes={name}) and no "
+                        f"export stands for it; say {name}:EXPORT, EXPORT one of {', '.join(EXPORT_FIXTURES)}"
+                    )
+            made.update({name: block for name in block.makes})
             blocks.append(block)
             marker, i = None, end
         elif line.strip():
@@ -234,9 +260,9 @@ def _prepare(block: Block, request: pytest.FixtureRequest, workdir: Path) -> dic
     if missing:
         pytest.skip(f"needs {', '.join(missing)}, not installed here")
     (workdir / ".venv").symlink_to(venv, target_is_directory=True)
-    for name, export in block.models.items():
+    for name in block.models:
         (workdir / "models").mkdir(exist_ok=True)
-        (workdir / "models" / name).symlink_to(request.getfixturevalue(EXPORT_FIXTURES[export]))
+        (workdir / "models" / name).symlink_to(_model_folder(block, name, request))
     home = workdir.parent / f"{workdir.name}-home"
     home.mkdir()
     env = {"PATH": SYSTEM_PATH, "HOME": str(home), "LANG": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
@@ -337,7 +363,7 @@ def readme_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeS
 
 def _server_port(block: Block, request: pytest.FixtureRequest) -> int:
     assert block.server is not None
-    export = Path(request.getfixturevalue(EXPORT_FIXTURES[block.models[block.server]]))
+    export = _model_folder(block, block.server, request)
     servers: ReadmeServers = request.getfixturevalue("readme_servers")
     return servers.port(block.server, export)
 
@@ -413,16 +439,65 @@ def _run_bash(block: Block, workdir: Path, env: dict[str, str]) -> None:
     )
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.name, marks=_marks(b)) for b in RUN_BLOCKS])
-def test_readme_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    assert not block.problems, block.problems
-    workdir = tmp_path / "work"
-    workdir.mkdir()
+def _run_in(block: Block, request: pytest.FixtureRequest, workdir: Path) -> None:
+    """Run ``block`` in the empty folder ``workdir`` (see the module docstring for what it holds)."""
     env = _prepare(block, request, workdir)
     if block.server is not None:
         address = f"127.0.0.1:{_server_port(block, request)}"
         block = dataclasses.replace(block, code=block.code.replace(README_SERVER, address))
     (_run_python if RUNNABLE[block.language] == "python" else _run_bash)(block, workdir, env)
+
+
+class MadeFolders:
+    """The working folders of the blocks that make model folders (``makes=NAME``), each run once per session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.done: dict[str, Path] = {}
+        self.failed: dict[str, str] = {}
+
+    def workdir(self, block: Block, request: pytest.FixtureRequest) -> Path:
+        """Where ``block`` ran (run now if it has not yet), holding ``models/NAME`` for each NAME it makes."""
+        made = ", ".join(f"models/{name}" for name in block.makes)
+        if block.name in self.failed:
+            pytest.fail(f"{block.where}, which makes {made}, failed:\n{self.failed[block.name]}")
+        if block.name not in self.done:
+            workdir = Path(tempfile.mkdtemp(prefix=f"{block.name}-", dir=self.root)) / "work"
+            workdir.mkdir()
+            try:
+                _run_in(block, request, workdir)
+                missing = [name for name in block.makes if not (workdir / "models" / name).is_dir()]
+                assert not missing, f"{block.where} ran but made no {', '.join(f'models/{n}' for n in missing)}"
+            except Exception as exc:  # a skip (missing extra) is no Exception: it skips every user of the folders
+                self.failed[block.name] = str(exc)
+                raise
+            self.done[block.name] = workdir
+        return self.done[block.name]
+
+
+@pytest.fixture(scope="session")
+def made_folders(tmp_path_factory: pytest.TempPathFactory) -> MadeFolders:
+    return MadeFolders(tmp_path_factory.mktemp("readme-made"))
+
+
+def _model_folder(block: Block, name: str, request: pytest.FixtureRequest) -> Path:
+    """The folder behind ``block``'s ``models/NAME``: a session export, or the one an earlier block made."""
+    if block.models[name] == MADE:
+        made: MadeFolders = request.getfixturevalue("made_folders")
+        return made.workdir(block.made_by[name], request) / "models" / name
+    return Path(request.getfixturevalue(EXPORT_FIXTURES[block.models[name]]))
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.name, marks=_marks(b)) for b in RUN_BLOCKS])
+def test_readme_block_runs(block: Block, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    assert not block.problems, block.problems
+    if block.makes:  # run once per session: later blocks of its page use the folders it makes
+        made: MadeFolders = request.getfixturevalue("made_folders")
+        workdir = made.workdir(block, request)
+    else:
+        workdir = tmp_path / "work"
+        workdir.mkdir()
+        _run_in(block, request, workdir)
     assert os.listdir(workdir)  # the block ran where it was put (at least .venv is there)
 
 
@@ -517,6 +592,36 @@ def test_the_marker_parser_on_a_sample() -> None:
     assert fifth.problems == ["unknown option 'colour=blue' in <!-- readme-test: run colour=blue -->"]
     assert _shown_output("print(1)\n# 1\n# 2\nx = 1\n# not output\n", 1) == ["1", "2"]
     assert parse_readme(sample, "docs/page.md")[0].name == "page-line4-title"
+
+
+@pytest.mark.torch_free
+def test_a_page_makes_its_own_model_folders_before_it_uses_them() -> None:
+    sample = textwrap.dedent(
+        """
+        # Tasks
+        <!-- readme-test: run models=sentiment -->
+        ```bash
+        bertonnx classify models/sentiment "too early: nothing made it yet"
+        ```
+        <!-- readme-test: run makes=sentiment extras=export activated -->
+        ```bash
+        bertonnx export google/bert_uncased_L-2_H-128_A-2 models/sentiment --weights random
+        ```
+        <!-- readme-test: run models=sentiment,reranker,bert-base-uncased:tiny -->
+        ```bash
+        bertonnx classify models/sentiment "i loved this film"
+        ```
+        """
+    )
+    early, maker, user = parse_readme(sample)
+    assert early.problems == [
+        "models=sentiment: no earlier block of the page makes models/sentiment (makes=sentiment) and no export "
+        f"stands for it; say sentiment:EXPORT, EXPORT one of {', '.join(EXPORT_FIXTURES)}"
+    ]
+    assert (maker.makes, maker.problems) == (["sentiment"], [])
+    assert user.made_by == {"sentiment": maker}
+    assert user.models == {"sentiment": MADE, "reranker": MADE, "bert-base-uncased": "tiny"}
+    assert [p.split(":")[0] for p in user.problems] == ["models=reranker"]
 
 
 @pytest.mark.torch_free

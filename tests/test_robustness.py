@@ -168,7 +168,7 @@ def test_cli_argument_that_is_not_utf8(tiny_export: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stderr.decode(errors="replace")
-    assert json.loads(result.stdout)["tokens"] == ["[CLS]", "caf", "au", "lai", "##t", "[SEP]"]
+    assert json.loads(result.stdout)["results"][0]["tokens"] == ["[CLS]", "caf", "au", "lai", "##t", "[SEP]"]
 
 
 # -- 3. unordered collections refused ----------------------------------------------------------------------

@@ -454,6 +454,32 @@ def test_old_manifest_behaves_as_before(rich_export: Path, tmp_path: Path) -> No
         bert.embed(short, prompt_name="query")
 
 
+def test_roberta_folder_is_cut_at_its_usable_positions(tmp_path: Path) -> None:
+    """RoBERTa counts positions from ``padding_idx + 1``: 512 of its 514 position embeddings hold tokens.
+    sentence-transformers saves such a folder with the tokenizer's length capped at 514 (its ``encode`` then
+    fails past 512 tokens); the export cuts at 512, passes its gate (texts up to 512 tokens and past them) and
+    embeds as ``encode`` at 512. A length above 514 stays refused."""
+    from .families import build_family_checkpoint
+
+    checkpoint = build_family_checkpoint("RobertaModel", tmp_path / "roberta")
+    transformer = models.Transformer(str(checkpoint), max_seq_length=514)
+    model = SentenceTransformer(modules=[transformer, models.Pooling(HIDDEN, "mean")], device="cpu")
+    model.save(str(tmp_path / "st"))
+    outdir = tmp_path / "export"
+    run_export(ExportOptions(outdir=outdir, model=str(tmp_path / "st"), variants=("fp32",)), log=lambda m: None)
+    block = read_manifest(outdir).data["sentence_transformers"]
+    assert block["max_seq_length"] == 512
+    texts = [*TEXTS, LONG * 3]  # over 512 tokens
+    model.max_seq_length = 512
+    np.testing.assert_allclose(BertOnnx(outdir).embed(texts), model.encode(texts), atol=EXACT, rtol=0)
+    folder = st_export.read_folder(tmp_path / "st")
+    assert folder is not None
+    assert st_export.max_seq_length(folder, 514, 512, 514) == 512
+    folder.transformer_config["max_seq_length"] = 600
+    with pytest.raises(ExportError, match=r"max_seq_length 600 is outside 1\.\.512"):
+        st_export.max_seq_length(folder, 514, 512, 514)
+
+
 # -- cross-encoders --------------------------------------------------------------------------------------
 
 
@@ -574,13 +600,10 @@ def embed_export(export: Path, texts: list[str], variant: str = "fp32", batch: i
 
 
 @pytest.mark.slow
-def test_minilm_folder_exported_without_flags_gives_encode(
-    minilm_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_minilm_folder_exported_without_flags_gives_encode(minilm_checkpoint: Path, minilm_st_export: Path) -> None:
     """The real all-MiniLM-L6-v2 folder, exported without flags: its default embedding is ``encode``'s (mean
     pooling, Normalize, cut at max_seq_length 256), not the pooler output it gave before."""
-    outdir = tmp_path_factory.mktemp("minilm-st") / "model"
-    run_export(ExportOptions(outdir=outdir, model=str(minilm_checkpoint)), log=lambda message: None)
+    outdir = minilm_st_export
     block = read_manifest(outdir).data["sentence_transformers"]
     assert block["max_seq_length"] == 256
     assert [s["type"] for s in block["steps"]] == ["pooling", "normalize"]
@@ -622,7 +645,9 @@ def test_splade_step_matches_splade_pooling(strategy: str, activation: str) -> N
         sparse_pairs(got[0], top_k=0)
 
 
-def test_sparse_encoder_export_matches_encode(tmp_path: Path, rich_export: Path) -> None:
+def test_sparse_encoder_export_matches_encode(
+    tmp_path: Path, rich_export: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A SparseEncoder (fill-mask Transformer + SpladePooling) exports with its MLM head; the MLM head on every
     token + :class:`SpladeStep` equals ``SparseEncoder.encode``, and top-k pruning its ``max_active_dims``."""
     from sentence_transformers import SparseEncoder
@@ -675,6 +700,7 @@ def test_sparse_encoder_export_matches_encode(tmp_path: Path, rich_export: Path)
         bert.embed_sparse(TEXTS, threshold=-1)
     _assert_embed_sparse_route(outdir, expected)
     _assert_sparse_corpus_job(outdir, tmp_path, bert.embed_sparse(TEXTS))
+    _assert_embed_sparse_command(outdir, rich_export, tmp_path, capsys)
     with pytest.raises(HeadMissingError):  # an export without SPLADE (a SentenceTransformer's BertModel)
         BertOnnx(rich_export, "fp32").embed_sparse(TEXTS)
 
@@ -771,6 +797,57 @@ def _assert_sparse_corpus_job(export: Path, tmp_path: Path, offline: list[Any]) 
     for row, answer in zip(rows, offline, strict=True):
         assert [pair["index"] for pair in row] == answer["indices"].tolist()
         np.testing.assert_allclose([pair["value"] for pair in row], answer["values"], atol=1e-6, rtol=0)
+
+
+def _assert_embed_sparse_command(
+    export: Path, rich_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bertonnx embed-sparse`` prints ``BertOnnx.embed_sparse``'s pairs (JSON lines, or one object with
+    ``--json``; ``--top-k`` and ``--threshold`` as the keywords); a bad option, or an export without SPLADE, is
+    one line on stderr and exit 2."""
+    from bertonnx.cli import main
+
+    bert = BertOnnx(export)
+    source = tmp_path / "sparse-texts.txt"
+    source.write_text("".join(text + "\n" for text in TEXTS), encoding="utf-8")
+    full = bert.embed_sparse(TEXTS)
+    threshold = float(np.median(np.concatenate([answer["values"] for answer in full])))
+    for argv, options in (
+        ([*TEXTS], {}),
+        (["--top-k", "3", *TEXTS], {"top_k": 3}),
+        (["--input", str(source), "--threshold", repr(threshold), "--json"], {"threshold": threshold}),
+    ):
+        assert main(["embed-sparse", str(export), *argv]) == 0
+        out = capsys.readouterr().out
+        if "--json" in argv:
+            payload = json.loads(out)
+            assert list(payload)[:4] == ["model", "variant", "random_weights", "results"]  # every command's envelope
+            assert (payload["top_k"], payload["threshold"], payload["variant"]) == (None, threshold, "fp32")
+            lines = payload["results"]
+        else:
+            lines = [json.loads(line) for line in out.splitlines()]
+        assert [line["text"] for line in lines] == TEXTS
+        for line, answer in zip(lines, bert.embed_sparse(TEXTS, **options), strict=True):
+            assert line["indices"] == answer["indices"].tolist()
+            assert line["values"] == answer["values"].tolist()
+            assert line["tokens"] == [bert.tokenizer.decode([i], False) for i in line["indices"]]
+        counts = [len(line["indices"]) for line in lines]  # the options took effect (every text has more weights)
+        if "top_k" in options:
+            assert max(counts) == 3
+        if "threshold" in options:
+            assert min(value for line in lines for value in line["values"]) > threshold
+            assert sum(counts) < sum(len(answer["indices"]) for answer in full)
+    for argv, message in (
+        ([str(export), "a", "--top-k", "0"], "argument --top-k: expected a whole number >= 1, got 0"),
+        ([str(export), "a", "--threshold", "-1"], "argument --threshold: expected a number >= 0, got -1"),
+        ([str(rich_export), "a"], "this export has no "),
+    ):
+        assert main(["embed-sparse", *argv]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert len(captured.err.strip().splitlines()) == 1, captured.err
+        assert message in captured.err
+        assert "Traceback" not in captured.err
 
 
 def test_corpus_job_embeds_with_the_pipeline_prompts_and_dimensions(

@@ -29,7 +29,6 @@ from bertonnx.vocabulary import (
     field_name,
     flag,
     ignore_labels,
-    markdown_table,
 )
 
 from .conftest import ROOT
@@ -155,6 +154,8 @@ def test_add_option_refuses_what_the_vocabulary_does_not_say() -> None:
 
 
 def test_docs_table_is_the_vocabulary() -> None:
+    from bertonnx.surface_defaults import markdown_table
+
     assert markdown_table() in (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
@@ -195,10 +196,10 @@ def test_http_fields_take_the_vocabulary_defaults() -> None:
 @pytest.mark.parametrize(
     ("argv", "answer"),
     [
-        (["embed", "one", "two words", "three more words"], lambda out: out["embeddings"]),
+        (["embed", "one", "two words", "three more words"], lambda out: out["results"]),
         (
             ["fill-mask", "the [MASK] is nice", "i [MASK] with you", "a [MASK]"],
-            lambda out: [[c["score"] for c in r["masks"][0]] for r in out["results"]],
+            lambda out: [[c["score"] for c in masks[0]] for masks in out["results"]],
         ),
     ],
     ids=["embed", "fill-mask"],

@@ -15,13 +15,17 @@ import json
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from ..command import ArgumentParser, Command, CommandError, optional_address_argv, positive_int, run_command
+from ..errors import RandomWeightsWarning
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
+from ..manifest import Manifest, read_manifest
+from ..surface import envelope, print_random_banner
 from ..vocabulary import add_option, ignore_labels
 from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
@@ -50,6 +54,8 @@ def _arguments(parser: ArgumentParser) -> None:
     for name in ("pooling", "normalize", "prompt_name", "dimensions", "truncation", "aggregation_strategy", "stride"):
         add_option(parser, name, "batch")
     for name in ("ignore_labels", "keep_all"):
+        add_option(parser, name, "batch")
+    for name in ("candidate_labels", "hypothesis_template", "multi_label", "entailment_label"):
         add_option(parser, name, "batch")
     parser.add_argument(
         "--on-error",
@@ -101,6 +107,10 @@ def task_options(args: argparse.Namespace) -> TaskOptions:
         ignore_labels=ignore_labels(args),
         prompt_name=args.prompt_name,
         dimensions=args.dimensions,
+        candidate_labels=",".join(args.candidate_labels) if args.candidate_labels else None,
+        hypothesis_template=args.hypothesis_template,
+        multi_label=args.multi_label,
+        entailment_label=args.entailment_label,
     )
 
 
@@ -109,14 +119,17 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the job; print its summary (``--json``: as JSON). Ctrl-C or SIGTERM leaves no output behind."""
+    """Run the job; print its summary (``--json``: the envelope of every command, :func:`bertonnx.surface.envelope`,
+    with empty ``results`` and the summary beside). Ctrl-C or SIGTERM leaves no output behind. A random-weights
+    export gets the banner of every command, once on stderr, not Python's warning line."""
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         # Ray prints its notices to the driver (a node marked dead, a lost object rebuilt) on stdout; they go
         # to stderr, so that stdout holds only the summary (`--json`).
-        with contextlib.redirect_stdout(sys.stderr):
-            summary = _run(args)
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RandomWeightsWarning)  # the banner says it once (_run)
+            summary, manifest = _run(args)
     except RayJobError as exc:  # the cluster's failure, not a bug: one line, exit 2
         raise CommandError(str(exc)) from exc
     except KeyboardInterrupt:
@@ -126,7 +139,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-    print(json.dumps(summary.as_dict(), indent=2) if args.json else summary.text())
+    if args.json:
+        found = envelope(manifest.directory, args.variant, manifest.random_weights, [], **summary.as_dict())
+        print(json.dumps(found, indent=2))
+    else:
+        print(summary.text())
     return EXIT_OK
 
 
@@ -150,9 +167,16 @@ def check_output_name(output: str, ray: bool) -> None:
     )
 
 
-def _run(args: argparse.Namespace) -> JobSummary:
+def _run(args: argparse.Namespace) -> tuple[JobSummary, Manifest]:
     options = task_options(args)
     check_output_name(args.output, args.ray is not None)
+    manifest = read_manifest(args.model_dir)
+    if not args.json:
+        print_random_banner(manifest.random_weights, manifest.weights)
+    return _run_job(args, options), manifest
+
+
+def _run_job(args: argparse.Namespace, options: TaskOptions) -> JobSummary:
     if args.ray is None:
         if args.actors is not None:
             raise CommandError("--actors needs --ray; without it the job runs in this process (use --threads)")

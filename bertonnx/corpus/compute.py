@@ -10,11 +10,15 @@ Output columns: ``id`` (int64), ``n_tokens`` (int32, including ``[CLS]``/``[SEP]
 (float32); ``encode`` -> ``last_hidden_state`` (list of ``n_tokens`` fixed-size float32 lists: valid
 tokens only), ``pooler_output`` (hidden) and ``nsp_logits`` (2); ``classify`` -> ``label`` (string: the
 top label of the checkpoint's classifier) and ``score`` (float32, scored as
-``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of
-``{label, score, word, start, end}`` structs per row: :meth:`bertonnx.BertOnnx.tag`'s entities, ``label``
-being the pipeline's ``entity_group``, or ``entity`` with aggregation ``none``; ``start``/``end`` character
-offsets into the row's text). A ``tag`` row longer than the model's positions is tagged in windows when
-``stride`` is set, else rejected like any over-long row.
+``pipeline("text-classification")`` does); ``tag`` -> ``entities`` (a list of structs per row:
+:meth:`bertonnx.BertOnnx.tag`'s entities with ``pipeline("token-classification")``'s field names,
+``{entity_group, score, word, start, end}``, or with aggregation ``none`` ``{entity, score, index, word, start,
+end}``; ``start``/``end`` character offsets into the row's text). Every column and field is named as the
+Python method's answer (the pipeline's, where there is one). A ``tag`` row longer than the model's positions
+is tagged in windows when ``stride`` is set, else rejected like any over-long row. ``zero-shot`` -> ``labels``
+(list of strings, highest score first) and ``scores`` (list of float32), as
+``pipeline("zero-shot-classification")`` names them (``n_tokens``: the tokens of all the row's (text, hypothesis)
+pairs).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..sentence import BLOCK as SENTENCE_BLOCK
 from ..tasks import POOLING_MODES, make_task
 from ..tasks.embed import PIPELINE_POOLING
 from ..tasks.tag import AGGREGATION_STRATEGIES, DEFAULT_IGNORE_LABELS, check_ignore_labels
+from ..tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE, hypotheses, parse_labels
 from .errors import BadRowError, row_reason
 from .tasks import ON_ERROR_MODES, TASKS
 
@@ -54,16 +59,29 @@ __all__ = [
 ]
 
 #: Tasks that need a head of the export (checked against its manifest before any row is read).
-HEAD_TASKS = ("nsp", "classify", "tag", "sparse")
+HEAD_TASKS = ("nsp", "classify", "tag", "sparse", "zero-shot")
 #: The runtime task of a corpus task whose name differs.
-RUNTIME_TASKS = {"sparse": "embed_sparse"}
+RUNTIME_TASKS = {"sparse": "embed_sparse", "zero-shot": "zero_shot"}
+#: The corpus tasks whose rows are single texts (a pair column is not read).
+TEXT_TASKS = ("embed", "tag", "sparse", "zero-shot")
 #: One weight of the ``sparse`` task's ``sparse`` column: a vocabulary id and its SPLADE weight (TEI's names).
 SPARSE_TYPE = pa.struct([("index", pa.int32()), ("value", pa.float32())])
-#: One entity of the ``tag`` task's ``entities`` column.
+#: One entity of the ``tag`` task's ``entities`` column: ``pipeline("token-classification")``'s group.
 ENTITY_TYPE = pa.struct(
     [
-        ("label", pa.string()),
+        ("entity_group", pa.string()),
         ("score", pa.float32()),
+        ("word", pa.string()),
+        ("start", pa.int32()),
+        ("end", pa.int32()),
+    ]
+)
+#: One token of the ``entities`` column with aggregation ``none`` (the pipeline's names: ``entity``, ``index``).
+TOKEN_ENTITY_TYPE = pa.struct(
+    [
+        ("entity", pa.string()),
+        ("score", pa.float32()),
+        ("index", pa.int32()),
         ("word", pa.string()),
         ("start", pa.int32()),
         ("end", pa.int32()),
@@ -71,6 +89,8 @@ ENTITY_TYPE = pa.struct(
 )
 #: The graph outputs of the ``encode`` task's columns.
 ENCODE_OUTPUTS = ("last_hidden_state", "pooler_output", "nsp_logits")
+#: Output columns holding a list per row (built by :func:`_struct_column`).
+LIST_COLUMNS = ("entities", "sparse", "labels", "scores")
 #: Rows sorted together (the sorting window) for embed and nsp: wide enough that length sorting pays.
 DEFAULT_CHUNK_ROWS = 2048
 #: encode keeps every token's hidden state: a smaller window bounds memory (256 x 512 x 768 x 4 B = 400 MB
@@ -106,6 +126,8 @@ class TaskOptions:
         stride: for ``tag``: tag rows longer than the model's positions in windows sharing this many tokens
             (``None``: such rows are rejected).
         ignore_labels: for ``tag``: labels left out.
+        candidate_labels, hypothesis_template, multi_label, entailment_label: for ``zero-shot``, as
+            :meth:`bertonnx.BertOnnx.zero_shot` takes them.
 
     Raises:
         ValueError: an unknown task, pooling, on_error or aggregation strategy, or a limit below 1.
@@ -123,6 +145,10 @@ class TaskOptions:
     ignore_labels: tuple[str, ...] = DEFAULT_IGNORE_LABELS
     prompt_name: str | None = None
     dimensions: int | None = None
+    candidate_labels: str | tuple[str, ...] | None = None
+    hypothesis_template: str = DEFAULT_HYPOTHESIS_TEMPLATE
+    multi_label: bool = False
+    entailment_label: str | None = None
     limits: BatchLimits = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +165,12 @@ class TaskOptions:
         if self.stride is not None and self.stride < 0:
             raise ValueError(f"stride must be >= 0, got {self.stride}")
         object.__setattr__(self, "ignore_labels", check_ignore_labels(self.ignore_labels))
+        if self.task == "zero-shot":  # checked before any model is loaded (the entailment label needs the model)
+            if self.candidate_labels is None:
+                raise ValueError("zero-shot needs its candidate labels: candidate_labels=[...] (--candidate-labels)")
+            hypotheses(self.hypothesis_template, parse_labels(self.candidate_labels))
+            if not isinstance(self.candidate_labels, str):
+                object.__setattr__(self, "candidate_labels", tuple(self.candidate_labels or ()))
         object.__setattr__(self, "limits", BatchLimits(self.max_batch_tokens, self.batch_size))
 
 
@@ -149,7 +181,10 @@ def check_model_task(manifest: Manifest, task: str) -> None:
         HeadMissingError: it does not; the message names what the export has.
     """
     runtime = RUNTIME_TASKS.get(task, task)
-    if task in HEAD_TASKS and runtime not in manifest.tasks:
+    offered = runtime in manifest.tasks
+    if task == "zero-shot":  # any classifier of two labels or more (its labels are judged by the task)
+        offered = "classify" in manifest.tasks and (manifest.num_labels or 0) >= 2
+    if task in HEAD_TASKS and not offered:
         raise HeadMissingError.for_task(runtime, manifest.architecture, manifest.tasks, manifest.num_labels)
 
 
@@ -164,8 +199,9 @@ def embedding_width(manifest: Manifest, options: TaskOptions) -> int:
     return min(width, options.dimensions) if options.task == "embed" and options.dimensions else width
 
 
-def output_schema(task: str, hidden_size: int) -> pa.Schema:
-    """The Parquet schema of a job's output for ``task`` and a model of ``hidden_size``.
+def output_schema(task: str, hidden_size: int, aggregation_strategy: str = "simple") -> pa.Schema:
+    """The Parquet schema of a job's output for ``task`` and a model of ``hidden_size`` (``tag``: its entities'
+    fields follow ``aggregation_strategy``, as the pipeline's do).
 
     Raises:
         ValueError: unknown ``task``.
@@ -185,9 +221,12 @@ def output_schema(task: str, hidden_size: int) -> pa.Schema:
             ("nsp_logits", pa.list_(pa.float32(), 2)),
         ]
     elif task == "tag":
-        fields.append(("entities", pa.list_(ENTITY_TYPE)))
+        entity = TOKEN_ENTITY_TYPE if aggregation_strategy == "none" else ENTITY_TYPE
+        fields.append(("entities", pa.list_(entity)))
     elif task == "sparse":
         fields.append(("sparse", pa.list_(SPARSE_TYPE)))
+    elif task == "zero-shot":
+        fields += [("labels", pa.list_(pa.string())), ("scores", pa.list_(pa.float32()))]
     else:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     return pa.schema(fields)
@@ -238,7 +277,7 @@ class ChunkResult:
         ]
         for column in schema.names[2:]:
             values, kind = self.columns[column], schema.field(column).type
-            if column in ("entities", "sparse"):
+            if column in LIST_COLUMNS:
                 arrays.append(_struct_column(cast("list[list[dict[str, Any]]]", values), kind, ok, keep_rejected))
             else:
                 arrays.append(_column(cast("np.ndarray | list[np.ndarray]", values), kind, ok, keep_rejected, nulls))
@@ -249,19 +288,17 @@ class ChunkResult:
         return table
 
 
-def _entity_row(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {"label": e.get("entity_group", e.get("entity")), **{k: e[k] for k in ("score", "word", "start", "end")}}
-        for e in found
-    ]
+def _entity_row(found: list[dict[str, Any]], kind: pa.StructType) -> list[dict[str, Any]]:
+    """The entities of one row as the column's structs: the fields of the pipeline's answer, by name."""
+    names = [kind.field(i).name for i in range(kind.num_fields)]
+    return [{name: entity[name] for name in names} for entity in found]
 
 
-def _struct_column(
-    values: list[list[dict[str, Any]]], kind: pa.DataType, ok: np.ndarray, keep_rejected: bool
-) -> pa.Array:
-    """tag's entities or sparse's weights as a list-of-structs column; with ``keep_rejected``, null rows where
-    ``ok`` is False."""
-    rows = [_entity_row(found) for found in values] if kind.value_type == ENTITY_TYPE else values
+def _struct_column(values: list[list[Any]], kind: pa.DataType, ok: np.ndarray, keep_rejected: bool) -> pa.Array:
+    """tag's entities, sparse's weights or zero-shot's labels and scores as a list column; with ``keep_rejected``,
+    null rows where ``ok`` is False."""
+    entity = kind.value_type in (ENTITY_TYPE, TOKEN_ENTITY_TYPE)
+    rows = [_entity_row(found, kind.value_type) for found in values] if entity else values
     if keep_rejected:
         computed = iter(rows)
         return pa.array([next(computed) if good else None for good in ok], type=kind)
@@ -329,6 +366,15 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
         return make_task(model, "classify", top_k=1, truncation=options.truncation)
     if options.task == "sparse":
         return make_task(model, "embed_sparse", truncation=options.truncation or None)
+    if options.task == "zero-shot":  # the text is always cut beside a hypothesis, as the pipeline
+        return make_task(
+            model,
+            "zero_shot",
+            candidate_labels=options.candidate_labels,
+            hypothesis_template=options.hypothesis_template,
+            multi_label=options.multi_label,
+            entailment_label=options.entailment_label,
+        )
     if options.task == "tag":
         return make_task(
             model,
@@ -359,7 +405,7 @@ def compute_rows(model: BertOnnx, rows: pa.Table, options: TaskOptions) -> Chunk
     texts: list[str | None] = rows.column("text").to_pylist()
     pairs: list[str | None] = rows.column("pair").to_pylist()
     reasons: list[str | None] = rows.column("error").to_pylist()
-    use_pairs = options.task not in ("embed", "tag", "sparse") and any(p is not None for p in pairs)
+    use_pairs = options.task not in TEXT_TASKS and any(p is not None for p in pairs)
     if options.task == "nsp":
         for i, (text, pair) in enumerate(zip(texts, pairs, strict=True)):
             if reasons[i] is None and text is not None and pair is None:
@@ -402,6 +448,8 @@ def _columns(options: TaskOptions, answers: list[Any], model: BertOnnx) -> dict[
         }
     if task == "tag":
         return {"entities": answers}
+    if task == "zero-shot":
+        return {"labels": [a["labels"] for a in answers], "scores": [a["scores"] for a in answers]}
     if task == "sparse":
         return {
             "sparse": [

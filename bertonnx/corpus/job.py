@@ -75,12 +75,14 @@ def check_job(source: InputFile, options: TaskOptions) -> None:
     """Check that the task fits the input's columns (before any model is loaded).
 
     Raises:
-        ValueError: ``embed`` with a pair column, or ``nsp`` without one.
+        ValueError: ``embed`` or ``zero-shot`` with a pair column, or ``nsp`` without one.
     """
     if options.task == "embed" and source.pair_column:
         raise ValueError(
             "embed takes single texts; drop --pair-column, or use --task encode, nsp or classify for pairs"
         )
+    if options.task == "zero-shot" and source.pair_column:
+        raise ValueError("zero-shot classifies single texts against its candidate labels; drop --pair-column")
     if options.task == "nsp" and not source.pair_column:
         raise ValueError(
             "nsp scores sentence pairs; pass --pair-column with a .jsonl, .csv or .parquet input holding both"
@@ -131,9 +133,9 @@ def run_local_job(
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
     model = BertOnnx(model_dir, variant, threads=threads)
     check_model_task(model.manifest, options.task)
-    schema = output_schema(options.task, embedding_width(model.manifest, options)).with_metadata(
-        output_metadata(model.manifest, variant, options, model.precision)
-    )
+    schema = output_schema(
+        options.task, embedding_width(model.manifest, options), options.aggregation_strategy
+    ).with_metadata(output_metadata(model.manifest, variant, options, model.precision))
     show = sys.stderr.isatty() if progress is None else progress
     bar = _progress_bar(count_rows(source) if show else None, show)
     rows = 0

@@ -18,14 +18,17 @@ This module imports pyarrow but not Ray: the class is plain Python and can be tr
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ..errors import RandomWeightsWarning
 from ..model import DEFAULT_VARIANT, BertOnnx
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
+from ..tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE
 from .compute import TaskOptions, check_model_task, compute_rows, embedding_width, output_schema
 from .readers import ROW_SCHEMA, check_value
 
@@ -61,6 +64,10 @@ class BertOnnxPredictor:
         aggregation_strategy: str = "simple",
         stride: int | None = None,
         ignore_labels: Sequence[str] = DEFAULT_IGNORE_LABELS,
+        candidate_labels: str | Sequence[str] | None = None,
+        hypothesis_template: str = DEFAULT_HYPOTHESIS_TEMPLATE,
+        multi_label: bool = False,
+        entailment_label: str | None = None,
     ) -> None:
         """Load the model in this actor.
 
@@ -79,6 +86,8 @@ class BertOnnxPredictor:
             max_batch_tokens: padded tokens per ``session.run``.
             batch_size: inputs per ``session.run``.
             aggregation_strategy, stride, ignore_labels: for ``tag`` (see :meth:`bertonnx.BertOnnx.tag`).
+            candidate_labels, hypothesis_template, multi_label, entailment_label: for ``zero-shot`` (see
+                :meth:`bertonnx.BertOnnx.zero_shot`).
 
         Raises:
             ValueError, TypeError: bad options; ModelDirectoryError: a bad model directory.
@@ -96,12 +105,22 @@ class BertOnnxPredictor:
             aggregation_strategy=aggregation_strategy,
             stride=stride,
             ignore_labels=tuple(ignore_labels),
+            candidate_labels=candidate_labels
+            if candidate_labels is None or isinstance(candidate_labels, str)
+            else tuple(candidate_labels),
+            hypothesis_template=hypothesis_template,
+            multi_label=multi_label,
+            entailment_label=entailment_label,
         )
         self.text_column = text_column
         self.pair_column = pair_column
-        self.model = BertOnnx(model_dir, variant, threads=threads)
+        with warnings.catch_warnings():  # the driver warns once (run_ray_job), not once per actor
+            warnings.simplefilter("ignore", RandomWeightsWarning)
+            self.model = BertOnnx(model_dir, variant, threads=threads)
         check_model_task(self.model.manifest, task)
-        self.schema = output_schema(task, embedding_width(self.model.manifest, self.options))
+        self.schema = output_schema(
+            task, embedding_width(self.model.manifest, self.options), self.options.aggregation_strategy
+        )
 
     def __call__(self, batch: pa.Table | dict[str, np.ndarray] | Any) -> pa.Table:
         """Compute one batch.

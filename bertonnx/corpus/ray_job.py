@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..extras import require_extra
+from ..loading import warn_if_random
 from ..manifest import read_manifest
 from ..model import DEFAULT_VARIANT
 from ..ray_cluster import connect
@@ -92,9 +93,12 @@ def run_ray_job(
     check_writable(rejects_path(output))
     manifest = read_manifest(model_dir)
     manifest.require_variant(variant)
+    warn_if_random(manifest)  # once, here: the actors load the model quietly
     check_model_task(manifest, options.task)
     chunk_rows = chunk_rows or default_chunk_rows(options.task)
-    schema = output_schema(options.task, embedding_width(manifest, options)).with_metadata(
+    schema = output_schema(
+        options.task, embedding_width(manifest, options), options.aggregation_strategy
+    ).with_metadata(
         output_metadata(manifest, variant, options)  # the variant's precision (the actors load the model)
     )
     show = sys.stderr.isatty() if progress is None else progress
@@ -135,6 +139,10 @@ def run_ray_job(
                 "aggregation_strategy": options.aggregation_strategy,
                 "stride": options.stride,
                 "ignore_labels": options.ignore_labels,
+                "candidate_labels": options.candidate_labels,
+                "hypothesis_template": options.hypothesis_template,
+                "multi_label": options.multi_label,
+                "entailment_label": options.entailment_label,
             },
             compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=threads_per_actor,

@@ -12,11 +12,18 @@ from __future__ import annotations
 import argparse
 import socket
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..command import ArgumentParser, Command, optional_address_argv, run_command
+from ..errors import RandomWeightsWarning
 from ..manifest import read_manifest
+from ..surface import print_random_banner
 from .arguments import DEFAULT_HOST, add_serve_arguments, serve_options
+
+if TYPE_CHECKING:
+    from .options import ServeOptions
 
 __all__ = ["SERVE_COMMAND", "check_listen_address", "main"]
 
@@ -51,13 +58,25 @@ def _arguments(parser: ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the options, directory, variant and address, then serve until SIGTERM/SIGINT; the exit code."""
+    """Check the options, directory, variant and address, then serve until SIGTERM/SIGINT; the exit code.
+
+    A random-weights export gets the banner of every command once on stderr (:mod:`bertonnx.surface`), before
+    the port is bound, instead of Python's warning line when the model loads.
+    """
     options = serve_options(args)
+    manifest = read_manifest(args.model_dir)
+    manifest.require_variant(args.variant)
+    print_random_banner(manifest.random_weights, manifest.weights)
+    with warnings.catch_warnings():  # the banner said it
+        warnings.simplefilter("ignore", RandomWeightsWarning)
+        return _serve(args, options)
+
+
+def _serve(args: argparse.Namespace, options: ServeOptions) -> int:
     if args.ray is not None:
         from .ray_serve import serve_on_ray  # the same app as Ray Serve replicas (checks the ray extra)
 
         return serve_on_ray(args, options)
-    read_manifest(args.model_dir).require_variant(args.variant)
     check_listen_address(args.host, args.port)
     from .app import create_app
     from .server import run_server
@@ -79,8 +98,12 @@ SERVE_COMMAND = Command(
     _arguments,
     run,
     extra="serve",
-    description="Serve a bertonnx export over HTTP: TEI (/embed /predict /encode /tokenize), OpenAI "
-    "(/v1/embeddings) and KServe v2 (/v2/...) routes, batched across requests by a token budget.",
+    description="Serve a bertonnx export over HTTP, batched across requests by a token budget. Routes:\n"
+    "  TEI's      /embed /embed_sparse /predict /rerank /tokenize\n"
+    "  ours       /encode /fill_mask /tag /answer /choose /zero_shot /detect_replaced (the heads' tasks)\n"
+    "  OpenAI's   /v1/embeddings\n"
+    "  KServe v2  /v2/...\n"
+    "  server     /health /ready /info /metrics",
     epilog="With --ray, --threads is per replica (default 1) and Ray reserves that many CPUs for each.",
     rewrite_argv=optional_address_argv,
 )

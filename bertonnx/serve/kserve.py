@@ -200,6 +200,7 @@ def parse_infer_request(
     rows, columns = ids.shape
     mask = arrays.get("attention_mask", np.ones_like(ids))
     types = arrays.get("token_type_ids", np.zeros_like(ids))
+    segments = "token_type_ids" in arrays  # a graph without segments (RoBERTa ...) has type_vocab_size 0
     lengths = mask.sum(axis=1)
     expected = np.arange(columns)[None, :] < lengths[:, None]
     for row in range(rows):
@@ -214,7 +215,7 @@ def parse_infer_request(
             )
         if ids[row, :length].min() < 0 or ids[row, :length].max() >= vocab_size:
             raise ServeError(f"input_ids row {row} has ids outside [0, {vocab_size})", "validation")
-        if types[row, :length].min() < 0 or types[row, :length].max() >= type_vocab_size:
+        if segments and (types[row, :length].min() < 0 or types[row, :length].max() >= type_vocab_size):
             raise ServeError(f"token_type_ids row {row} has values outside [0, {type_vocab_size})", "validation")
     return InferRows(
         request=request,

@@ -30,6 +30,7 @@ from pydantic import (
 
 from ..tasks.answer import DEFAULT_MAX_ANSWER_LEN
 from ..tasks.tag import DEFAULT_IGNORE_LABELS
+from ..tasks.zero_shot import DEFAULT_HYPOTHESIS_TEMPLATE
 
 __all__ = [
     "REQUEST_EXAMPLES",
@@ -83,6 +84,9 @@ REQUEST_EXAMPLES = {
     '"max_answer_len": 15, "doc_stride": null, "handle_impossible_answer": false}',
     "/choose": '{"context": "text" or ["text", ...], "choices": ["a", "b", ...] or [["a", "b"], ...], '
     '"truncate": false}',
+    "/zero_shot": '{"inputs": "text" or ["text", ...], "candidate_labels": ["a", "b", ...] or "a, b", '
+    '"hypothesis_template": "This example is {}.", "multi_label": false, "entailment_label": null, "truncate": null}',
+    "/detect_replaced": '{"inputs": "text" or ["text", ...], "truncate": false}',
     "/v1/embeddings": '{"input": "text" or ["text", ...], "model": "name", "encoding_format": "float" | "base64"}',
     "infer": '{"inputs": [{"name": "input_ids", "shape": [1, 4], "datatype": "INT64", "data": [101, 7592, 999, 102]},'
     " ... attention_mask, token_type_ids]}",
@@ -355,6 +359,27 @@ class EntityGroup(BaseModel):
     end: int = Field(description="character offset after its last character: text[start:end] is the entity")
 
 
+class DetectReplacedRequest(Body):
+    """``POST /detect_replaced``: per token of each text, the probability it was replaced (ELECTRA)."""
+
+    inputs: StrictStr | list[StrictStr] = Field(
+        description="a text or a list of texts", examples=["the chef cooked the meal"]
+    )
+    truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class ReplacedTokenAnswer(BaseModel):
+    """One token of a text and the probability that it was replaced (special tokens are left out)."""
+
+    index: int = Field(description="the token's position in the tokenized text (the first special token is 0)")
+    token: str = Field(description="the token as the vocabulary spells it")
+    start: int = Field(description="character offset of its first character in the text")
+    end: int = Field(description="character offset after its last character: text[start:end] is the token")
+    score: float = Field(description="P(replaced): the sigmoid of the discriminator's logit")
+
+
 class AnswerRequest(Body):
     """``POST /answer``: extractive answers to questions in contexts."""
 
@@ -400,6 +425,34 @@ class ChoiceAnswer(BaseModel):
     choice: str = Field(description="the best choice")
     score: float = Field(description="its softmax probability over the choices")
     scores: list[float] = Field(description="every choice's probability, in the choices' order")
+
+
+class ZeroShotRequest(Body):
+    """``POST /zero_shot``: zero-shot classification by an NLI classifier (``pipeline("zero-shot-classification")``)."""
+
+    inputs: StrictStr | list[StrictStr] = Field(description="a text, or a list of texts", examples=["my phone broke"])
+    candidate_labels: StrictStr | list[StrictStr] = Field(
+        description="the labels: a list, or one comma-separated string", examples=[["urgent", "phone", "tablet"]]
+    )
+    hypothesis_template: StrictStr = Field(
+        default=DEFAULT_HYPOTHESIS_TEMPLATE, description="the hypothesis, with {} where the label goes"
+    )
+    multi_label: StrictBool = Field(default=False, description="score each label on its own")
+    entailment_label: StrictStr | None = Field(
+        default=None, description="the label meaning entailment (absent: the first starting with 'entail')"
+    )
+    truncate: StrictBool | None = Field(
+        default=None,
+        description="cut a text too long beside a hypothesis (the text only); absent: cut, as the pipeline",
+    )
+
+    check_inputs = _inputs_check("inputs", TEXTS)
+
+
+class ZeroShotResult(BaseModel):
+    sequence: str = Field(description="the text")
+    labels: list[str] = Field(description="the candidate labels, highest score first")
+    scores: list[float] = Field(description="their probabilities, in the same order")
 
 
 # -- OpenAI ---------------------------------------------------------------------------------------------

@@ -24,9 +24,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..errors import RandomWeightsWarning
 from ..exit_codes import EXIT_OK
 from ..extras import require_extra
 from ..manifest import read_manifest
@@ -91,7 +93,9 @@ def deployment(
     model_name = options.model_name or manifest.directory.name
 
     def build_app() -> Any:  # runs in each replica: load there, then the server's own app around it
-        model = BertOnnx(directory, variant, options=RuntimeOptions(threads=threads, allow_spinning=spinning))
+        with warnings.catch_warnings():  # `bertonnx serve` showed the banner once; not once per replica
+            warnings.simplefilter("ignore", RandomWeightsWarning)
+            model = BertOnnx(directory, variant, options=RuntimeOptions(threads=threads, allow_spinning=spinning))
         return create_app(model, dataclasses.replace(options, model_name=model_name))
 
     @serve.deployment(

@@ -19,12 +19,14 @@ from .answer import Answer
 from .base import Encoder, ModelFacts, PerInput, Prepared, Task
 from .choose import Choose
 from .classify import Classify, Rerank
+from .detect_replaced import DetectReplaced
 from .embed import DEFAULT_POOLING, POOLING_MODES, Embed, normalize_rows, pool, pooling_outputs
 from .embed_sparse import EmbedSparse
 from .fill_mask import FillMask
 from .graph import Graph
 from .nsp import NSP_SCORES, Nsp, is_next_probability, nsp_labels, softmax
 from .tag import Tag
+from .zero_shot import ZeroShot
 
 __all__ = [
     "DEFAULT_POOLING",
@@ -34,6 +36,7 @@ __all__ = [
     "Answer",
     "Choose",
     "Classify",
+    "DetectReplaced",
     "Embed",
     "EmbedSparse",
     "Encoder",
@@ -46,6 +49,7 @@ __all__ = [
     "Rerank",
     "Tag",
     "Task",
+    "ZeroShot",
     "is_next_probability",
     "make_task",
     "normalize_rows",
@@ -66,7 +70,9 @@ TASK_TYPES: dict[str, Any] = {
     "tag": Tag,
     "answer": Answer,
     "choose": Choose,
+    "detect_replaced": DetectReplaced,
     "encode": Graph,
+    "zero_shot": ZeroShot,
 }
 
 

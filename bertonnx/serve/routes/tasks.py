@@ -1,4 +1,5 @@
-"""The heads' own routes: ``/fill_mask``, ``/tag``, ``/answer`` and ``/choose`` (TEI has none of them).
+"""The heads' own routes: ``/fill_mask``, ``/tag``, ``/answer``, ``/choose`` and ``/detect_replaced`` (TEI has none
+of them).
 
 - ``/fill_mask``: per text, per ``[MASK]``, the ``top_k`` candidates of ``pipeline("fill-mask")`` (one text in:
   its list of masks out).
@@ -10,6 +11,11 @@
   in: one answer out). A long context is searched in overlapping windows, never refused for its length;
   ``truncate`` means nothing here (nothing is ever cut), so ``"truncate": true`` is a 422 that says so.
 - ``/choose``: per context, the best of its choices and every choice's probability (a multiple-choice head).
+- ``/zero_shot``: ``{"inputs", "candidate_labels", "hypothesis_template", "multi_label", "entailment_label"}`` -> per
+  text ``{"sequence", "labels", "scores"}`` as ``pipeline("zero-shot-classification")`` (one text in: one answer out);
+  every (text, hypothesis) pair is one unit of the scheduler.
+- ``/detect_replaced``: ``{"inputs", "truncate"}`` -> per text its tokens with offsets and ``P(replaced)``
+  (ELECTRA's discriminator; one text in: one list out).
 
 Every unit (a text, a window, a context-choice pair) goes through the shared scheduler; ``--max-client-batch-size``
 counts texts, questions or contexts, the body limit bounds the characters, and the queue's limits the units.
@@ -27,11 +33,15 @@ from ..protocol import (
     AnswerSpan,
     ChoiceAnswer,
     ChooseRequest,
+    DetectReplacedRequest,
     EntityGroup,
     FillMaskRequest,
     MaskCandidate,
+    ReplacedTokenAnswer,
     TagRequest,
     TokenEntity,
+    ZeroShotRequest,
+    ZeroShotResult,
 )
 from ..state import ServerState
 from .server import ERROR_RESPONSES
@@ -143,5 +153,35 @@ def task_routes(state: ServerState) -> APIRouter:
             )
         _, found = await pipeline.run(state, request, task, contexts, groups, field="context", size_check=False)
         return pipeline.json_answer(found[0] if single else found, request)
+
+    @router.post("/zero_shot", response_model=ZeroShotResult | list[ZeroShotResult], responses=ERROR_RESPONSES)
+    async def zero_shot(body: ZeroShotRequest, request: Request) -> Response:
+        """The candidate labels of each text ranked by the NLI classifier, as transformers'
+        ``pipeline("zero-shot-classification")``."""
+        model, _ = state.require_model()
+        task = pipeline.task(
+            model,
+            "zero_shot",
+            candidate_labels=body.candidate_labels,
+            hypothesis_template=body.hypothesis_template,
+            multi_label=body.multi_label,
+            entailment_label=body.entailment_label,
+            truncation=body.truncate,
+        )
+        _, found = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
+        return pipeline.json_answer(found[0] if isinstance(body.inputs, str) else found, request)
+
+    @router.post(
+        "/detect_replaced",
+        response_model=list[ReplacedTokenAnswer] | list[list[ReplacedTokenAnswer]],
+        responses=ERROR_RESPONSES,
+    )
+    async def detect_replaced(body: DetectReplacedRequest, request: Request) -> Response:
+        """Replaced token detection (ELECTRA's discriminator): per token of each text, special tokens left out,
+        its offsets and the probability that it was replaced (one text in: one list out)."""
+        model, _ = state.require_model()
+        task = pipeline.task(model, "detect_replaced", truncation=truncation(state, body.truncate))
+        _, found = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
+        return pipeline.json_answer(found[0] if isinstance(body.inputs, str) else found, request)
 
     return router
