@@ -227,6 +227,8 @@ class Family:
         no_fusion: why the ``optimized`` variant cannot be built, when :attr:`fusion` is ``None``.
         head_modules: head name -> module paths in the class where they differ from
             :data:`BERT_HEAD_MODULES` (the MLM head's modules run in this order).
+        typed_segments: the graph also takes ``token_type_ids`` when the checkpoint's config embeds segments
+            (``type_vocab_size > 0``; DeBERTa-v2 and v3 checkpoints have 0, so :attr:`inputs` lacks them).
     """
 
     model_type: str
@@ -241,6 +243,14 @@ class Family:
     fusion: str | None = "bert"
     no_fusion: str = ""
     head_modules: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    typed_segments: bool = False
+
+    def graph_inputs(self, type_vocab_size: int | None) -> tuple[str, ...]:
+        """The graph's inputs for a checkpoint with ``type_vocab_size`` segment embeddings: :attr:`inputs`,
+        plus ``token_type_ids`` where :attr:`typed_segments` and the config embeds segments."""
+        if self.typed_segments and type_vocab_size and "token_type_ids" not in self.inputs:
+            return (*self.inputs, "token_type_ids")
+        return self.inputs
 
     def class_name(self, key: str) -> str:
         """The transformers class of an architecture kind in this family (``Bert`` + ``ForMaskedLM``)."""
@@ -338,6 +348,21 @@ FAMILIES: Mapping[str, Family] = {
                 "choice": ("sequence_summary", "classifier"),
                 "discriminator": ("discriminator_predictions",),
             },
+        ),
+        Family(  # DeBERTa-v2 and v3 (v3 checkpoints say model_type deberta-v2)
+            "deberta-v2",
+            "DebertaV2",
+            _NO_SEGMENTS,
+            False,
+            ENCODER_ARCHITECTURES,
+            base="deberta",
+            onnx_config="DebertaV2OnnxConfig",
+            typed_segments=True,
+            fusion=None,
+            no_fusion="onnxruntime's BERT optimizer fuses none of DeBERTa's attention layers (their "
+            "content-to-position and position-to-content scores, gathered by relative position, are a pattern its "
+            "Attention fusion does not match; it has no DeBERTa fusion); use fp32 or int8",
+            head_modules={"classifier": ("pooler", "classifier"), "choice": ("pooler", "classifier")},
         ),
         Family(
             "modernbert",

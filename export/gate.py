@@ -22,7 +22,7 @@ from tokenizers import Tokenizer
 
 from bertonnx.manifest import GRAPH_OUTPUT_NAMES, MLM_HEAD_INPUT, MLM_HEAD_OUTPUT, NSP_IS_NEXT_INDEX
 
-from .graph import WithHeads, row_of, run_class
+from .graph import WithHeads, graph_inputs, row_of, run_class
 
 #: The module's pair: B follows A.
 MODULE_PAIR = ("the weather is nice", "i agree with you")
@@ -218,10 +218,11 @@ def reference_outputs(model: Any, cases: list[Case]) -> list[dict[str, np.ndarra
     """
     net = model.model if isinstance(model, WithHeads) else model
     row = row_of(net)
+    inputs = graph_inputs(net)
     results = []
     with torch.inference_mode():
         for case in cases:
-            feeds = {k: torch.from_numpy(v) for k, v in case.feeds.items() if k in row.family.inputs}
+            feeds = {k: torch.from_numpy(v) for k, v in case.feeds.items() if k in inputs}
             if "choice_logits" in row.outputs:  # [choices, t] -> one question with those choices
                 feeds = {k: v[None] for k, v in feeds.items()}
             found = run_class(net, feeds)

@@ -13,7 +13,9 @@ vocabulary, so fill-mask costs one projection per mask and the other tasks never
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from functools import reduce
 from pathlib import Path
 
@@ -155,9 +157,14 @@ class MlmHead(torch.nn.Module):
         return hidden_states
 
 
-def _heads_onnx_config(row: HeadRow) -> type[OnnxConfig]:
+def graph_inputs(model: PreTrainedModel) -> tuple[str, ...]:
+    """The main graph's inputs for ``model``: its family's, with ``token_type_ids`` where the family takes them
+    only from a config that embeds segments (DeBERTa with ``type_vocab_size > 0``)."""
+    return row_of(model).family.graph_inputs(getattr(model.config, "type_vocab_size", None))
+
+
+def _heads_onnx_config(row: HeadRow, inputs: tuple[str, ...]) -> type[OnnxConfig]:
     family_config: type[OnnxConfig] = getattr(model_configs, row.family.onnx_config)
-    inputs = row.family.inputs
     outputs = row.outputs
 
     class HeadsOnnxConfig(family_config):  # type: ignore[valid-type,misc]
@@ -181,6 +188,42 @@ def _check(path: Path, what: str) -> None:
         raise ExportError(f"onnx.checker rejected the exported {what}: {exc}") from None
 
 
+@contextlib.contextmanager
+def _traced_as_python(model: PreTrainedModel) -> Iterator[None]:
+    """Swap a family's ``torch.jit``-scripted helpers for Python ones while the graph is traced.
+
+    DeBERTa-v2's ``build_rpos`` is scripted, so the tracer records its test (are the keys as long as the
+    queries?) as an ONNX ``If`` whose branches have no static rank; OpenVINO's CPU plugin refuses such an ``If``
+    (the ``bf16`` variant could not even be compiled). In the classes exported the keys are the queries' own
+    tokens, so the test is always false: traced as Python, the graph keeps the relative positions it was given.
+    """
+    module = sys.modules[type(model).__module__]
+    scripted = getattr(module, "build_rpos", None) if row_of(model).family.model_type == "deberta-v2" else None
+    if scripted is None:
+        yield
+        return
+
+    def build_rpos(
+        query_layer: torch.Tensor,
+        key_layer: torch.Tensor,
+        relative_pos: torch.Tensor,
+        position_buckets: int,
+        max_relative_positions: int,
+    ) -> torch.Tensor:
+        if key_layer.size(-2) != query_layer.size(-2):
+            found: torch.Tensor = module.build_relative_position(
+                key_layer, key_layer, bucket_size=position_buckets, max_position=max_relative_positions
+            )
+            return found
+        return relative_pos
+
+    module.build_rpos = build_rpos
+    try:
+        yield
+    finally:
+        module.build_rpos = scripted
+
+
 def _traced_as(model: PreTrainedModel) -> contextlib.AbstractContextManager[None]:
     """What a family's graph needs while it is traced: ModernBERT's attention without ``t × t`` masks and with
     banded local layers (:mod:`export.modernbert`); nothing for the others."""
@@ -200,14 +243,12 @@ def export_graph(model: PreTrainedModel, path: Path, opset: int = DEFAULT_OPSET)
     """
     module = WithHeads(model).eval()
     expected = module.row.outputs
-    config = _heads_onnx_config(module.row)(model.config, task="feature-extraction")
-    with _traced_as(model):
+    wanted = graph_inputs(model)
+    config = _heads_onnx_config(module.row, wanted)(model.config, task="feature-extraction")
+    with _traced_as(model), _traced_as_python(model):
         inputs, outputs = optimum_export(module, config, path, opset=opset)
-    if tuple(inputs) != module.row.family.inputs or tuple(outputs) != expected:
-        raise ExportError(
-            f"exported graph has inputs {inputs} and outputs {outputs}, expected {module.row.family.inputs} and "
-            f"{expected}"
-        )
+    if tuple(inputs) != wanted or tuple(outputs) != expected:
+        raise ExportError(f"exported graph has inputs {inputs} and outputs {outputs}, expected {wanted} and {expected}")
     _check(path, "graph")
 
 

@@ -218,7 +218,7 @@ def _config_numbers(source: Source) -> dict[str, Any]:
     numbers: dict[str, Any] = {"model_type": family.model_type}
     for key, names in CONFIG_ATTRIBUTES.items():
         numbers[key] = next((getattr(c, name) for name in names if getattr(c, name, None) is not None), None)
-    if "token_type_ids" not in family.inputs:
+    if "token_type_ids" not in family.graph_inputs(numbers["type_vocab_size"]):
         numbers["type_vocab_size"] = 0
     numbers["max_position_embeddings"] = family.usable_positions(c.max_position_embeddings)
     if family.position_offset:

@@ -414,6 +414,7 @@ FAMILY_FULL_VARIANTS = {
     "MPNetForSequenceClassification",
     "ElectraForPreTraining",
     "ModernBertForSequenceClassification",
+    "DebertaV2ForSequenceClassification",
 }
 FAMILY_VARIANTS = ("fp32", "optimized", "int8")
 

@@ -55,6 +55,7 @@ TOKENIZER_KINDS = {
     "distilbert": "wordpiece",
     "mpnet": "wordpiece-mpnet",
     "electra": "wordpiece",
+    "deberta-v2": "unigram-deberta",
     "modernbert": "bpe-modernbert",
 }
 FAMILY_PREFIXES = {
@@ -63,6 +64,7 @@ FAMILY_PREFIXES = {
     "distilbert": "DistilBert",
     "mpnet": "MPNet",
     "electra": "Electra",
+    "deberta-v2": "DebertaV2",
     "modernbert": "ModernBert",
 }
 #: transformers classes of each family that the tests build.
@@ -89,6 +91,19 @@ MAX_TOKENS = 512
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 MPNET_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"]
+#: DeBERTa-v3's first pieces; its ``[MASK]`` comes after every piece (id 128000 in deberta-v3-base).
+DEBERTA_SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]"]
+#: DeBERTa-v3's settings (deberta-v3-base's config.json) on the tiny shape; ``type_vocab_size`` 0: no segments.
+DEBERTA_V3 = {
+    "relative_attention": True,
+    "position_buckets": 256,
+    "pos_att_type": ["p2c", "c2p"],
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "position_biased_input": False,
+    "max_relative_positions": -1,
+    "type_vocab_size": 0,
+}
 #: ModernBERT's tokenizer: byte-level BPE in a plain ``PreTrainedTokenizerFast`` with BERT's bracketed specials.
 MODERNBERT_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 #: Positions of the tiny ModernBERT (its real checkpoints take 8,192 tokens; so does the tiny one).
@@ -134,6 +149,8 @@ def build_tokenizer(family: str, directory: str | Path) -> Any:
             special_tokens=[("<s>", backend.token_to_id("<s>")), ("</s>", backend.token_to_id("</s>"))],
         )
         tokenizer = fast(tokenizer_object=backend)
+    elif kind == "unigram-deberta":
+        tokenizer = _deberta_tokenizer(fast)
     else:
         specials = MPNET_SPECIALS if kind == "wordpiece-mpnet" else BERT_SPECIALS
         wordpiece = BertWordPieceTokenizer(
@@ -146,6 +163,38 @@ def build_tokenizer(family: str, directory: str | Path) -> Any:
     tokenizer.model_max_length = MODERNBERT_POSITIONS if family == "modernbert" else MAX_TOKENS
     tokenizer.save_pretrained(str(path))
     return tokenizer
+
+
+def _deberta_tokenizer(fast: Any) -> Any:
+    """A DeBERTa-v3-style tokenizer: Unigram pieces after SentencePiece's metaspace, v3's normalizer (strip, the
+    charsmap, runs of spaces to one; NFKC stands in for the charsmap, which only ``sentencepiece`` writes),
+    ``[CLS] A [SEP] B [SEP]`` with segment ids 0 then 1, and ``[MASK]`` added after the pieces as in v3."""
+    from tokenizers import Regex, SentencePieceUnigramTokenizer, normalizers, processors
+
+    unigram = SentencePieceUnigramTokenizer()
+    unigram.train_from_iterator(
+        CORPUS, vocab_size=VOCAB_SIZE, special_tokens=DEBERTA_SPECIALS, unk_token="[UNK]", show_progress=False
+    )
+    backend = unigram._tokenizer
+    backend.normalizer = normalizers.Sequence(
+        [normalizers.Strip(), normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]
+    )
+    backend.add_special_tokens(["[MASK]"])
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0",
+        pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", backend.token_to_id("[CLS]")), ("[SEP]", backend.token_to_id("[SEP]"))],
+    )
+    specials = {"bos_token": "[CLS]", "eos_token": "[SEP]", "cls_token": "[CLS]", "sep_token": "[SEP]"}
+    return fast(
+        tokenizer_object=backend,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        mask_token="[MASK]",
+        do_lower_case=False,
+        split_by_punct=False,
+        **specials,
+    )
 
 
 def _modernbert_tokenizer(fast: Any) -> Any:
@@ -184,7 +233,7 @@ def slow_tokenizer(family: str, directory: str | Path) -> Any:
     path = Path(directory)
     kind = TOKENIZER_KINDS[family]
     slow = getattr(transformers, FAMILY_PREFIXES[family] + "Tokenizer", None)
-    if kind in ("unigram", "bpe-modernbert") or slow is None:
+    if kind.startswith("unigram") or kind == "bpe-modernbert" or slow is None:
         return None
     if kind == "bpe":
         return slow(vocab_file=str(path / "vocab.json"), merges_file=str(path / "merges.txt"))
@@ -218,6 +267,8 @@ def _config(family: str, vocab_size: int, tokenizer: Any, extra: dict[str, Any])
     if family in ("roberta", "xlm-roberta"):
         config_class = transformers.RobertaConfig if family == "roberta" else transformers.XLMRobertaConfig
         return config_class(max_position_embeddings=514, type_vocab_size=1, bos_token_id=0, eos_token_id=2, **common)
+    if family == "deberta-v2":
+        return transformers.DebertaV2Config(max_position_embeddings=512, **{**DEBERTA_V3, **common})
     if family == "modernbert":
         return transformers.ModernBertConfig(
             max_position_embeddings=MODERNBERT_POSITIONS,
@@ -249,7 +300,8 @@ def build_family_checkpoint(
         architecture: a class name from :data:`CLASSES`.
         num_labels: labels of a sequence classifier (1 makes a cross-encoder); default 3 named labels (5 for a
             token classifier).
-        config: more configuration values (ModernBERT's ``classifier_pooling="mean"``).
+        config: more configuration values (ModernBERT's ``classifier_pooling="mean"``, DeBERTa's
+            ``type_vocab_size``, ``problem_type`` ...).
 
     Raises:
         ValueError: ``architecture`` is not in :data:`CLASSES`.

@@ -255,10 +255,15 @@ def test_answer_equals_the_pipeline(family_export: Any, family: str) -> None:
     for context in (CONTEXT, CONTEXT * 12):
         theirs = reference(question=QUESTION, context=context, top_k=3)
         ours = model.answer(QUESTION, context, top_k=3)
-        assert [(a["start"], a["end"], a["answer"]) for a in ours] == [
-            (a["start"], a["end"], a["answer"]) for a in theirs
-        ]
+        assert [a["answer"] for a in ours] == [a["answer"] for a in theirs]
         np.testing.assert_allclose([a["score"] for a in ours], [a["score"] for a in theirs], atol=EXACT_ATOL)
+        for our, their in zip(ours, theirs, strict=True):
+            assert context[our["start"] : our["end"]] == our["answer"]
+            if (our["start"], our["end"]) != (their["start"], their["end"]):
+                # DeBERTa has no absolute positions: the windows of this periodic context are the same tokens, so
+                # each occurrence of a span scores the same, and which one is listed is a tie (equal to 1e-7)
+                assert family == "deberta-v2", (our, their)
+                assert context.count(our["answer"]) > 1, (our, their)
 
 
 def test_nsp_of_a_roberta_export_names_what_it_has(family_export: Any) -> None:
@@ -299,7 +304,7 @@ def test_adapter_reads_the_specials_from_the_files(tokenizer_dirs: dict[str, Pat
     )
     assert ours.special_tokens_single == reference.num_special_tokens_to_add(pair=False) == 2
     assert ours.special_tokens_pair == reference.num_special_tokens_to_add(pair=True)
-    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "modernbert") else 4)
+    assert ours.special_tokens_pair == (3 if family in ("distilbert", "electra", "modernbert", "deberta-v2") else 4)
 
 
 @pytest.mark.parametrize("family", list(CLASSES))
