@@ -75,6 +75,9 @@ def test_txt_embed_keeps_blank_lines_as_rows_and_matches_embed(
     np.testing.assert_allclose(vectors(table, "embedding"), model.embed(TEXTS, "mean"), atol=ATOL, rtol=0)
     assert not (tmp_path / "out.rejects.jsonl").exists()  # nothing rejected: no rejects file
     assert leftovers(tmp_path) == []
+    code, out, err = run(capsys, "--input", source, tiny_export, "--output", output, "--json")
+    assert code == 0, err
+    assert json.loads(out)["rejects"] is None  # and the summary names none
 
 
 def test_the_output_says_what_computed_it(
@@ -224,6 +227,7 @@ def test_skip_writes_bad_rows_to_rejects_and_counts_add_up(
     table = read_output(output)
     assert table.column("id").to_pylist() == [0, 8]
     assert table.num_rows + len(rejects) == len(BAD_ROWS) == json.loads(out)["rows"]
+    assert json.loads(out)["rejects"].endswith("out.rejects.jsonl")
     np.testing.assert_allclose(vectors(table, "embedding"), model.embed(["fine", "also fine"]), atol=ATOL, rtol=0)
     # --truncate turns the over-long row into an output row, cut to the model's 512 positions
     code, _, err = run(capsys, tiny_export, "--input", source, "--output", output, "--on-error", "skip", "--truncate")

@@ -35,8 +35,9 @@ class JobSummary:
     Attributes:
         input: the input file.
         output: the Parquet file (local job) or directory of Parquet files (Ray job).
-        rejects: the rejects file (JSON lines, one ``{"id", "reason"}`` per rejected row).
-        task: ``embed``, ``nsp`` or ``encode``.
+        rejects: the rejects file (JSON lines, one ``{"id", "reason"}`` per rejected row; written only when a row
+            was rejected, and ``null`` in :meth:`as_dict` when none was).
+        task: the corpus task (``embed``, ``nsp``, ``encode``, ``classify``, ``tag``, ``sparse``, ``zero-shot``).
         rows: input rows read.
         outputs: rows written to ``output``.
         rejected: rows written to ``rejects``; ``rows == outputs + rejected``.
@@ -59,7 +60,8 @@ class JobSummary:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "inputs_per_second": round(self.inputs_per_second, 2)}
+        written = self.rejects if self.rejected else None  # no rejects file is written when nothing was rejected
+        return {**asdict(self), "rejects": written, "inputs_per_second": round(self.inputs_per_second, 2)}
 
     def text(self) -> str:
         lines = [
