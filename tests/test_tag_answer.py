@@ -217,7 +217,9 @@ def test_tag_errors_name_the_fix(ner_export: Path, qa_export: Path) -> None:
         model.tag("short", stride=-1)
     with pytest.raises(ValueError, match=r"unknown aggregation_strategy 'grouped'; expected one of none, simple"):
         model.tag("short", "grouped")
-    with pytest.raises(ValueError, match="use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride"):
+    with pytest.raises(
+        ValueError, match="aggregation_strategy must be 'simple', 'first', 'average' or 'max' when stride is set"
+    ):
         model.tag("short", "none", stride=16)
     with pytest.raises(TypeError, match=r"ignore_labels must be a list or tuple of label names, got str"):
         model.tag("short", ignore_labels="O")

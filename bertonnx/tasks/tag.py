@@ -29,7 +29,7 @@ import numpy as np
 from tokenizers import Encoding, Tokenizer
 
 from ..batching import Batch, TokenSequence
-from ..errors import InputTooLongError
+from ..errors import InputTooLongError, OptionError
 from ..tokenizer import SPECIAL_TOKENS_SINGLE
 from .base import ModelFacts, Prepared, check_bool
 
@@ -470,10 +470,12 @@ def tag_windows(
     """
     strategy = check_aggregation_strategy(aggregation_strategy)
     if stride is not None and strategy == "none":
-        raise ValueError(
-            "stride windows long texts, whose overlapping tokens only an aggregation_strategy can merge; "
-            "use aggregation_strategy 'simple', 'first', 'average' or 'max' with stride (transformers' pipeline "
-            "refuses 'none' with stride too)"
+        raise OptionError(
+            "aggregation_strategy",
+            "none",
+            "'simple', 'first', 'average' or 'max' when stride is set",
+            "stride windows long texts, whose overlapping tokens only an aggregation strategy can merge "
+            "(transformers' pipeline refuses 'none' with stride too)",
         )
     return windowing.text_windows(texts, max_length=max_length, stride=stride, first_index=first_index)
 
