@@ -374,3 +374,29 @@ sys.exit(bertonnx.cli.main(["batch", sys.argv[1], "--input", "x.txt", "--output"
     )
     assert "pip install 'bertonnx[batch]'" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--candidate-labels", "a,b"],
+            "--candidate-labels is read by --task zero-shot only, and this job is --task embed",
+        ),
+        (
+            ["--task", "classify", "--stride", "64"],
+            "--stride is read by --task tag only, and this job is --task classify",
+        ),
+        (["--task", "nsp", "--pooling", "mean"], "--pooling is read by --task embed only, and this job is --task nsp"),
+    ],
+)
+def test_an_option_of_another_task_is_refused_not_ignored(
+    tiny_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    source = tmp_path / "texts.txt"
+    source.write_text("a\nb\n", encoding="utf-8")
+    code, out, err = run(capsys, tiny_export, "--input", source, "--output", tmp_path / "out.parquet", *argv)
+    assert code == 2, out
+    assert said in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out.parquet").exists()

@@ -26,7 +26,7 @@ from ..errors import RandomWeightsWarning
 from ..exit_codes import EXIT_INTERRUPTED, EXIT_OK
 from ..manifest import Manifest, read_manifest
 from ..surface import envelope, print_random_banner
-from ..vocabulary import add_option, ignore_labels
+from ..vocabulary import OPTIONS, add_option, ignore_labels
 from .errors import RayJobError
 from .tasks import ON_ERROR_MODES, TASKS
 
@@ -90,10 +90,38 @@ def _arguments(parser: ArgumentParser) -> None:
     )
 
 
+#: What the vocabulary notes of an option that only one corpus task reads (``--task embed``).
+_TASK_NOTE = "--task "
+
+
+def check_task_options(args: argparse.Namespace) -> None:
+    """Refuse an option given for another task than the job's (``--candidate-labels`` on an embed job), rather
+    than ignoring it: the vocabulary notes which task reads each such option.
+
+    Raises:
+        CommandError: one line naming the option, its task and the job's.
+    """
+    for name, option in OPTIONS.items():
+        convention = option.conventions.get("batch")
+        if convention is None or not convention.note.startswith(_TASK_NOTE):
+            continue
+        task = convention.note.removeprefix(_TASK_NOTE).split(";")[0].strip()  # "--task tag; a refused row ..."
+        if task != args.task and getattr(args, name, None) != option.default_for("batch"):
+            raise CommandError(
+                f"{option.flag} is read by --task {task} only, and this job is --task {args.task}; drop "
+                f"{option.flag}, or pass --task {task}"
+            )
+
+
 def task_options(args: argparse.Namespace) -> TaskOptions:
-    """The :class:`TaskOptions` the parsed arguments ask for (the one place arguments become options)."""
+    """The :class:`TaskOptions` the parsed arguments ask for (the one place arguments become options).
+
+    Raises:
+        CommandError: an option of another task (:func:`check_task_options`).
+    """
     from .compute import TaskOptions
 
+    check_task_options(args)
     return TaskOptions(
         args.task,
         args.pooling,
