@@ -124,6 +124,8 @@ WITHIN = 0.15
 #: Mean-pooled cosine against torch fp32 below which a runner is wrong (bf16 computes in 8-bit mantissas).
 MIN_COSINE = {"fp32": 0.99999, "bf16": 0.99}
 RUNNERS = ("bertonnx fp32", "bertonnx bf16", "torch fp32", "torch bf16")
+#: ``--precisions``: both by default; fp32 alone where bf16 would be emulated on both sides.
+PRECISIONS = ("fp32", "bf16")
 
 
 def build_checkpoint(family: str, directory: Path, *, quick: bool) -> Path:
@@ -177,7 +179,9 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 class Runners:
     """The four runners of one family: a T128 call and a corpus pass each, and their T128 outputs."""
 
-    def __init__(self, checkpoint: Path, export_dir: Path, variants: tuple[str, ...], threads: int) -> None:
+    def __init__(
+        self, checkpoint: Path, export_dir: Path, variants: tuple[str, ...], threads: int, bf16: bool = True
+    ) -> None:
         import torch
         import transformers
 
@@ -186,8 +190,10 @@ class Runners:
         self.torch = torch
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(str(checkpoint))
         fp32 = transformers.AutoModel.from_pretrained(str(checkpoint)).eval()
-        bf16 = transformers.AutoModel.from_pretrained(str(checkpoint), dtype=torch.bfloat16).eval()
-        self.torch_models = {"torch fp32": fp32, "torch bf16": bf16}
+        self.torch_models = {"torch fp32": fp32}
+        if bf16:
+            half = transformers.AutoModel.from_pretrained(str(checkpoint), dtype=torch.bfloat16).eval()
+            self.torch_models["torch bf16"] = half
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeded weights saved as a checkpoint: nothing to warn about here
             options = bertonnx.RuntimeOptions(threads=threads, allow_spinning=False)  # idle threads would slow torch
@@ -237,7 +243,16 @@ def _bounded(work: Callable[[], Any], repeats: int, max_seconds: float) -> list[
 
 
 def measure_family(
-    family: str, work: Path, *, quick: bool, threads: int, repeats: int, passes: int, max_seconds: float
+    family: str,
+    work: Path,
+    *,
+    quick: bool,
+    threads: int,
+    repeats: int,
+    passes: int,
+    max_seconds: float,
+    precisions: tuple[str, ...] = PRECISIONS,
+    corpus_texts: int = CORPUS_TEXTS,
 ) -> dict[str, Any]:
     """Build, export, check and time one family (see the module docstring)."""
     from bertonnx.openvino_session import openvino_version
@@ -245,10 +260,11 @@ def measure_family(
     started = time.perf_counter()
     checkpoint = build_checkpoint(family, work / family / "checkpoint", quick=quick)
     # --quick checks the steps on fp32 alone (the bf16 variant's OpenVINO conversion costs seconds per family)
-    variants = ("fp32", "bf16") if openvino_version() is not None and not quick else ("fp32",)
+    bf16 = "bf16" in precisions
+    variants = ("fp32", "bf16") if bf16 and openvino_version() is not None and not quick else ("fp32",)
     manifest = export(checkpoint, work / family / "model", variants)
-    runners = Runners(checkpoint, work / family / "model", tuple(manifest["variants"]), threads)
-    texts = build_mixed_corpus(QUICK_TEXTS if quick else CORPUS_TEXTS)
+    runners = Runners(checkpoint, work / family / "model", tuple(manifest["variants"]), threads, bf16=bf16)
+    texts = build_mixed_corpus(QUICK_TEXTS if quick else corpus_texts)
     long_text = " ".join(texts)  # over 128 tokens with every tokenizer: cut to exactly 128
     tokens = len(runners.tokenizer(long_text, truncation=True, max_length=TOKENS)["input_ids"])
     if tokens != TOKENS:
@@ -339,7 +355,10 @@ def report(payload: dict[str, Any]) -> str:
         f"({facts['physical_cores']} physical cores; flags: {flags}); {settings['threads']} threads for torch and "
         f"onnxruntime alike; torch {found.get('torch')}, transformers {found.get('transformers')}, onnxruntime "
         f"{found.get('onnxruntime')}, openvino {payload['openvino']}."
-        + (" **--quick: tiny models, figures mean nothing.**" if settings["quick"] else ""),
+        + (" **--quick: tiny models, figures mean nothing.**" if settings["quick"] else "")
+        + f" Corpus: {settings.get('corpus_texts', CORPUS_TEXTS)} texts, {settings['corpus_passes']} pass(es); "
+        f"T128: up to {settings['repeats']} rounds."
+        + (" **bf16 not run** (`--precisions fp32`)." if "bf16" not in settings.get("precisions", PRECISIONS) else ""),
         "",
         "| family (shape of) | runner | precision run | T128 p50 ms | corpus texts/s | cosine vs torch fp32 |",
         "|---|---|---|---:|---:|---:|",
@@ -373,9 +392,10 @@ HEADER = f"""# Every family against PyTorch eager, fp32 and bf16
 
 For each encoder family at base size (seeded weights: speed does not depend on their values), bertonnx against
 PyTorch eager on the same checkpoint, threads and texts: B1×T128 p50 latency (one text of exactly {TOKENS} tokens,
-tokenization included) and corpus texts/s (a fixed list of {CORPUS_TEXTS} texts of 3-400 words in batches of
-{BATCH}, mean-pooled), for bertonnx fp32, bertonnx bf16 (OpenVINO; bf16 matrix products only on CPUs with
-AVX512-BF16 or AMX, the "precision run" column says what ran), torch fp32 and torch bf16 (`model.to(bfloat16)`).
+tokenization included) and corpus texts/s (a fixed list of texts of 3-400 words, {CORPUS_TEXTS} unless the run
+says otherwise, in batches of {BATCH}, mean-pooled), for bertonnx fp32, bertonnx bf16 (OpenVINO; bf16 matrix
+products only on CPUs with AVX512-BF16 or AMX, the "precision run" column says what ran), torch fp32 and torch
+bf16 (`model.to(bfloat16)`).
 All four runners share one process, so onnxruntime's idle threads do not spin (they would take the cores from
 torch). Each runner's output is checked against torch fp32 before it is timed. A family's speed-up over torch is
 compared with BERT's: "within" means within ±{WITHIN:.0%} of it. How: `benchmarks/families.py`.
@@ -421,6 +441,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 repeats=repeats,
                 passes=passes,
                 max_seconds=args.max_seconds,
+                precisions=args.precisions,
+                corpus_texts=args.corpus_texts,
             )
             results.append(result)
             print(f"[families] {family}: done in {result['seconds']:.0f} s", file=sys.stderr, flush=True)
@@ -440,6 +462,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "tokens": TOKENS,
             "batch": BATCH,
             "families": list(args.families),
+            "precisions": list(args.precisions),
+            "corpus_texts": args.corpus_texts,
         },
         "results": results,
         "ratios": ratios(results),
@@ -451,6 +475,13 @@ def _families(value: str) -> tuple[str, ...]:
     unknown = [name for name in names if name not in FAMILIES]
     if unknown or not names:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(FAMILIES)}, got {value!r}")
+    return names
+
+
+def _precisions(value: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    if "fp32" not in names or any(name not in PRECISIONS for name in names):
+        raise argparse.ArgumentTypeError(f"expected fp32 or fp32,bf16, got {value!r}")
     return names
 
 
@@ -466,6 +497,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_SECONDS,
         help=f"time bound per family and runner for each measurement (default {MAX_SECONDS:.0f})",
     )
+    parser.add_argument(
+        "--precisions",
+        type=_precisions,
+        default=PRECISIONS,
+        help="fp32,bf16 (default) or fp32 alone (bf16 without AVX512-BF16 or AMX runs emulated on both sides)",
+    )
+    parser.add_argument(
+        "--corpus-texts", type=int, default=CORPUS_TEXTS, help=f"texts of the corpus pass (default {CORPUS_TEXTS})"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny models, 1 repeat: checks that it runs")
     parser.add_argument("--out", type=Path, help="write the markdown of this run here (replacing the file)")
     parser.add_argument("--json", type=Path, help="write every figure as JSON here")
@@ -475,8 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.repeats < 1 or args.passes < 1 or args.max_seconds <= 0 or args.threads < 1:
-        raise SystemExit("--repeats, --passes and --threads must be >= 1 and --max-seconds > 0")
+    if args.repeats < 1 or args.passes < 1 or args.max_seconds <= 0 or args.threads < 1 or args.corpus_texts < 1:
+        raise SystemExit("--repeats, --passes, --threads and --corpus-texts must be >= 1 and --max-seconds > 0")
     args.argv = argv
     payload = run(args)
     markdown = report(payload)
