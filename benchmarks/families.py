@@ -49,7 +49,7 @@ from .machine import cpu_facts, now_utc, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 BERT_VOCAB = ROOT / "export" / "assets" / "bert-base-uncased" / "vocab.txt"
-FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra")
+FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "modernbert", "deberta-v2")
 #: The published checkpoint whose shape each family's base model takes.
 CHECKPOINT_NAMES = {
     "bert": "bert-base-uncased",
@@ -58,6 +58,8 @@ CHECKPOINT_NAMES = {
     "distilbert": "distilbert-base-uncased",
     "mpnet": "mpnet-base",
     "electra": "electra-base-discriminator",
+    "modernbert": "ModernBERT-base",
+    "deberta-v2": "deberta-v3-base",
 }
 _BASE = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}
 _ROBERTA = {"max_position_embeddings": 514, "type_vocab_size": 1, "layer_norm_eps": 1e-5}
@@ -93,6 +95,35 @@ BASE_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
         "ElectraConfig",
         {**_BASE, "vocab_size": 30522, "embedding_size": 768, "max_position_embeddings": 512, "type_vocab_size": 2},
     ),
+    "modernbert": (
+        "ModernBertConfig",
+        {
+            **_BASE,
+            "num_hidden_layers": 22,
+            "intermediate_size": 1152,
+            "vocab_size": 50368,
+            "max_position_embeddings": 8192,
+            "global_attn_every_n_layers": 3,
+            "local_attention": 128,
+        },
+    ),
+    "deberta-v2": (
+        "DebertaV2Config",
+        {
+            **_BASE,
+            "vocab_size": 128100,
+            "max_position_embeddings": 512,
+            "relative_attention": True,
+            "position_buckets": 256,
+            "pos_att_type": ["p2c", "c2p"],
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "position_biased_input": False,
+            "max_relative_positions": -1,
+            "type_vocab_size": 0,
+            "layer_norm_eps": 1e-7,
+        },
+    ),
 }
 #: ``--quick``: 2 layers, hidden 32 (the figures mean nothing; the script's steps all run).
 QUICK_SHAPE = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
@@ -104,6 +135,8 @@ MODEL_CLASSES = {
     "distilbert": "DistilBertModel",
     "mpnet": "MPNetModel",
     "electra": "ElectraModel",
+    "modernbert": "ModernBertModel",
+    "deberta-v2": "DebertaV2Model",
 }
 #: Families whose published tokenizer is bert-base-uncased's WordPiece vocabulary (bundled in export/assets).
 BERT_VOCAB_FAMILIES = {
@@ -145,6 +178,11 @@ def build_checkpoint(family: str, directory: Path, *, quick: bool) -> Path:
         tokenizer = build_tokenizer(family, directory)
     config_name, values = BASE_CONFIGS[family]
     values = dict(values)
+    if family in ("modernbert", "deberta-v2"):  # their specials' ids in the locally trained tokenizer
+        values["pad_token_id"] = tokenizer.pad_token_id
+    if family == "modernbert":
+        ids = {"cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id}
+        values.update(ids, bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
     if quick:
         values.update(QUICK_DISTILBERT if family == "distilbert" else QUICK_SHAPE)
         values["vocab_size"] = len(tokenizer)
@@ -400,7 +438,8 @@ All four runners share one process, so onnxruntime's idle threads do not spin (t
 torch). Each runner's output is checked against torch fp32 before it is timed. A family's speed-up over torch is
 compared with BERT's: "within" means within ±{WITHIN:.0%} of it. How: `benchmarks/families.py`.
 
-Reproduce (about 30-60 minutes on 2 cores, alone on the machine; one family at base size took 11 minutes on a busy one):
+Reproduce (on 2 cores alone on the machine; one family at base size took 10-16 minutes on a busy one with
+bf16, whose corpus pass is emulated without AVX512-BF16 or AMX; `--precisions fp32` skips bf16):
 
 ```text
 flock /work/team/timing.lock python -m benchmarks.families --out benchmarks/FAMILIES.md --json benchmarks/families.json
@@ -487,7 +526,7 @@ def _precisions(value: str) -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.families", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", type=_families, default=FAMILIES, help="comma-separated (default: all six)")
+    parser.add_argument("--families", type=_families, default=FAMILIES, help="comma-separated (default: all eight)")
     parser.add_argument("--threads", type=int, default=2, help="torch and onnxruntime intra-op threads (default 2)")
     parser.add_argument("--repeats", type=int, default=REPEATS, help=f"B1xT128 rounds (default {REPEATS})")
     parser.add_argument("--passes", type=int, default=CORPUS_PASSES, help=f"corpus passes (default {CORPUS_PASSES})")
