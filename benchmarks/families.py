@@ -553,9 +553,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    if args.repeats < 1 or args.passes < 1 or args.max_seconds <= 0 or args.threads < 1 or args.corpus_texts < 1:
-        raise SystemExit("--repeats, --passes, --threads and --corpus-texts must be >= 1 and --max-seconds > 0")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for flag, value in (
+        ("--repeats", args.repeats),
+        ("--passes", args.passes),
+        ("--threads", args.threads),
+        ("--corpus-texts", args.corpus_texts),
+    ):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    if args.max_seconds <= 0:
+        parser.error(f"--max-seconds must be above 0, got {args.max_seconds}")
     args.argv = argv
     payload = run(args)
     markdown = report(payload)
