@@ -1,6 +1,6 @@
 """Every encoder family at base size against PyTorch eager, fp32 and bf16, in one run (benchmarks/FAMILIES.md).
 
-``flock /work/team/timing.lock python -m benchmarks.families --out benchmarks/FAMILIES.md --json families.json``
+``python -m benchmarks.families --out benchmarks/FAMILIES.md --json families.json`` (alone on the machine)
 
 For each family (bert, roberta, xlm-roberta, distilbert, mpnet, electra) a base-size checkpoint with seeded
 weights (the architecture's published shape, written below from the configs of bert-base-uncased, roberta-base,
@@ -438,11 +438,12 @@ All four runners share one process, so onnxruntime's idle threads do not spin (t
 torch). Each runner's output is checked against torch fp32 before it is timed. A family's speed-up over torch is
 compared with BERT's: "within" means within ±{WITHIN:.0%} of it. How: `benchmarks/families.py`.
 
-Reproduce (on 2 cores alone on the machine; one family at base size took 10-16 minutes on a busy one with
-bf16, whose corpus pass is emulated without AVX512-BF16 or AMX; `--precisions fp32` skips bf16):
+Reproduce (2 cores, nothing else running: the run of 2026-12-07 below took 63 minutes, 2-14 per family; on a
+CPU without AVX512-BF16 or AMX bf16 is emulated on both sides and slow, and `--precisions fp32` skips it;
+`--out` rewrites this whole page):
 
 ```text
-flock /work/team/timing.lock python -m benchmarks.families --out benchmarks/FAMILIES.md --json benchmarks/families.json
+.venv/bin/python -m benchmarks.families --out benchmarks/FAMILIES.md --json benchmarks/families.json
 ```
 
 ## Results

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -267,7 +268,8 @@ def write_section(path: Path, section: str) -> None:
     from .report import write_atomic
 
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    head = text.split("## Measured", 1)[0]
+    found = re.search(r"^## Measured", text, flags=re.MULTILINE)  # the heading, not a mention of it in the text
+    head = text[: found.start()] if found else text
     write_atomic(path, (head.rstrip("\n") + "\n\n" + section if head.strip() else section).encode("utf-8"))
 
 
