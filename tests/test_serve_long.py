@@ -30,6 +30,7 @@ pytest.importorskip("torch")
 #: Far more than 8,192 tokens with the tiny ModernBERT tokenizer; the request asks to truncate.
 LONG = "The history of natural language processing generally started in the 1950s. " * 700
 HEALTH_LIMIT_S = 1.0
+EMBED_TIMEOUT_S = 120
 #: docs/serving.md's bound: one input of t tokens costs at most heads x t x t float32 scores over the loaded server.
 FLOAT32_BYTES = 4
 
@@ -40,7 +41,6 @@ def _status_kb(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"{field} not in /proc/{pid}/status")
-EMBED_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")

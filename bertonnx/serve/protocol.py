@@ -70,7 +70,8 @@ TRUNCATE_DOC = (
 
 #: A valid body per route: error messages show it so a client sees the expected shape.
 REQUEST_EXAMPLES = {
-    "/embed": '{"inputs": ["text", ...], "normalize": true, "pooling": "pipeline" | "pooler" | "cls" | "mean", "truncate": false}',
+    "/embed": '{"inputs": ["text", ...], "normalize": true, "pooling": "pipeline" | "pooler" | "cls" | "mean", '
+    '"truncate": false}',
     "/embed_sparse": '{"inputs": ["text", ...], "truncate": false, "prompt_name": null, "top_k": null}',
     "/predict": '{"inputs": ["sentence A", "sentence B"] or [["A", "B"], ...], "raw_scores": false, "truncate": false}',
     "/encode": '{"inputs": ["text", ["sentence A", "sentence B"], ...], "truncate": false}',
