@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 import warnings
@@ -31,6 +33,9 @@ from bertonnx.cli import main  # noqa: E402
 from bertonnx.corpus import BadRowError, BertOnnxPredictor, TaskOptions, read_output  # noqa: E402
 from bertonnx.corpus.job import run_local_job  # noqa: E402
 from bertonnx.corpus.ray_job import run_ray_job  # noqa: E402
+from bertonnx.ray_cluster import LOCAL_CLUSTER  # noqa: E402
+
+from .conftest import ROOT  # noqa: E402
 
 ATOL = 1e-5
 OBJECT_STORE_BYTES = 300 * 1024 * 1024
@@ -59,11 +64,55 @@ WORDS = [
 BAD_LINES = {17: '{"text": null}', 101: "not json", 230: '{"text": 3}', 333: json.dumps({"text": "word " * 600})}
 
 
+def start_local_cluster(num_cpus: int) -> None:
+    """A new local cluster, whatever Ray's ``ray_current_cluster`` file or ``RAY_ADDRESS`` names: the tests never
+    join a cluster left on the machine (a bare ``ray.init(num_cpus=...)`` would try to, and refuse num_cpus)."""
+    ray.init(
+        address=LOCAL_CLUSTER,
+        num_cpus=num_cpus,
+        object_store_memory=OBJECT_STORE_BYTES,
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    ray.init(num_cpus=2, object_store_memory=OBJECT_STORE_BYTES, include_dashboard=False, log_to_driver=False)
+    start_local_cluster(2)
     yield
     ray.shutdown()
+
+
+def test_a_stale_current_cluster_file_is_never_joined(tiny_export: Path, tmp_path: Path) -> None:
+    """Ray's ``ray_current_cluster`` file naming a dead cluster (here: an address nothing listens on, in a Ray
+    temp dir of this test's own) neither stops the suite's cluster nor ``bertonnx batch --ray``."""
+    temp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    try:
+        (temp / "ray").mkdir()
+        (temp / "ray" / "ray_current_cluster").write_text("10.255.255.1:6379\n", encoding="utf-8")
+        texts = tmp_path / "texts.txt"
+        texts.write_text("the weather is nice\ni agree with you\n", encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"TMPDIR": str(temp)}
+        script = "from tests.test_ray import start_local_cluster, ray; start_local_cluster(1); ray.shutdown()"
+        started = subprocess.run(
+            [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert started.returncode == 0, started.stderr[-2000:]
+        output = tmp_path / "out.parquet"
+        argv = ["batch", str(tiny_export), "--ray", "--input", str(texts), "--output", str(output), "--actors", "1"]
+        job = subprocess.run(
+            [sys.executable, "-m", "bertonnx.cli", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert job.returncode == 0, job.stderr[-2000:]
+        assert "10.255.255.1" not in job.stderr
+        assert read_output(output).num_rows == 2
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
