@@ -27,7 +27,14 @@ from bertonnx.table import FAMILIES
 from bertonnx.tokenizer import TextTokenizer
 
 from .conftest import FAMILY_FULL_VARIANTS, WHEEL_CACHE
-from .families import CLASSES, build_family_checkpoint, build_tokenizer, real_mpnet_checkpoint, slow_tokenizer
+from .families import (
+    CLASSES,
+    FAMILY_PREFIXES,
+    build_family_checkpoint,
+    build_tokenizer,
+    real_mpnet_checkpoint,
+    slow_tokenizer,
+)
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -376,7 +383,8 @@ def _hard_strings(count: int) -> list[str]:
 @pytest.mark.parametrize("family", ["roberta", "distilbert", "mpnet", "electra"])
 def test_fast_and_slow_tokenizers_agree_on_hard_strings(tokenizer_dirs: dict[str, Path], family: str) -> None:
     """The trained tokenizer.json (what the runtime runs) and transformers' Python tokenizer of the same
-    vocabulary give the same ids. XLM-R's Unigram has no Python tokenizer without ``sentencepiece``."""
+    vocabulary give the same ids. The Unigram families' Python tokenizers read a SentencePiece model file, which
+    the ``tokenizers`` trainer does not write: the next test trains one."""
     from transformers import AutoTokenizer
 
     directory = tokenizer_dirs[family]
@@ -385,6 +393,57 @@ def test_fast_and_slow_tokenizers_agree_on_hard_strings(tokenizer_dirs: dict[str
     ours = TextTokenizer(directory / "tokenizer.json", 512)
     strings = _hard_strings(300)
     got = ours.encode(strings, None, truncation=False, max_length=None)
+    mismatched = [s for s, encoding in zip(strings, got, strict=True) if encoding.ids != slow(s)["input_ids"]]
+    assert not mismatched, mismatched[:5]
+    assert [encoding.ids for encoding in got] == [fast(s)["input_ids"] for s in strings]
+
+
+#: The specials of each Unigram family's SentencePiece model, as its published model files have them
+#: (XLM-R's are SentencePiece's defaults; DeBERTa-v3's spm.model names its own).
+UNIGRAM_SPECIALS: dict[str, dict[str, Any]] = {
+    "xlm-roberta": {},
+    "deberta-v2": {
+        "pad_id": 0,
+        "pad_piece": "[PAD]",
+        "bos_id": 1,
+        "bos_piece": "[CLS]",
+        "eos_id": 2,
+        "eos_piece": "[SEP]",
+        "unk_id": 3,
+        "unk_piece": "[UNK]",
+    },
+}
+
+
+@pytest.mark.parametrize("family", list(UNIGRAM_SPECIALS))
+def test_unigram_fast_and_slow_tokenizers_agree_on_hard_strings(tmp_path: Path, family: str) -> None:
+    """A SentencePiece Unigram model trained here (the kind XLM-R and DeBERTa-v3 ship), read by transformers'
+    Python (slow) tokenizer, converted to tokenizer.json as transformers converts it, and run by the runtime:
+    the same ids on 300 hard strings the model was not trained on."""
+    import sentencepiece  # the test extra's: transformers' Python tokenizer for Unigram reads its model file
+    import transformers
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(_hard_strings(600)[300:]), encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(tmp_path / "spm"),
+        vocab_size=400,
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        **UNIGRAM_SPECIALS[family],
+    )
+    prefix = FAMILY_PREFIXES[family]
+    slow = getattr(transformers, prefix + "Tokenizer")(vocab_file=str(tmp_path / "spm.model"))
+    slow.save_pretrained(str(tmp_path / "tokenizer"))
+    fast = getattr(transformers, prefix + "TokenizerFast").from_pretrained(str(tmp_path / "tokenizer"), from_slow=True)
+    fast.save_pretrained(str(tmp_path / "tokenizer"))
+    ours = TextTokenizer(tmp_path / "tokenizer" / "tokenizer.json", 512)
+    strings = _hard_strings(300)
+    got = ours.encode(strings, None, truncation=False, max_length=None)
+    assert len(slow.get_vocab()) > 100
     mismatched = [s for s, encoding in zip(strings, got, strict=True) if encoding.ids != slow(s)["input_ids"]]
     assert not mismatched, mismatched[:5]
     assert [encoding.ids for encoding in got] == [fast(s)["input_ids"] for s in strings]
