@@ -238,7 +238,7 @@ class HeadMethods:
     @cached_property
     def token_strings(self) -> TokenStrings:
         """The tokenizer's token strings and decoding, for entity words."""
-        return TokenStrings(self.windowing.tokenizer)
+        return TokenStrings(self.windowing.tokenizer, self.tokenizer.unk_token_id)
 
     @property
     def qa_window(self) -> int:

@@ -30,6 +30,7 @@ from .conftest import FAMILY_FULL_VARIANTS, WHEEL_CACHE
 from .families import (
     CLASSES,
     FAMILY_PREFIXES,
+    TOKENIZER_KINDS,
     build_family_checkpoint,
     build_tokenizer,
     real_mpnet_checkpoint,
@@ -251,6 +252,32 @@ def test_tag_by_words_equals_the_pipeline(family_export: Any, family: str) -> No
         assert [(e["entity_group"], e["start"], e["end"]) for e in ours] == [
             (e["entity_group"], e["start"], e["end"]) for e in reference(text)
         ]
+
+
+#: Scripts the tests' trained tokenizers never saw: unknown tokens for WordPiece and Unigram (byte-level BPE has none).
+UNSEEN_SCRIPTS = ["Привет мир 👋", "Γειά σου κόσμε", "Žluťoučký kůň", "ok Привет"]
+
+
+@pytest.mark.parametrize("family", list(CLASSES))
+def test_tag_words_of_unknown_tokens_equal_the_pipeline(family_export: Any, family: str) -> None:
+    """An unknown token's word is its text in the caller's string and never a subword, as the pipeline rules
+    (Unigram models keep no ``unk_token`` of their own: the config's is read)."""
+    checkpoint, export, _ = family_export(next(a for a in CLASSES[family] if a.endswith("TokenClassification")))
+    model = _load(export)
+    unk = model.tokenizer.unk_token_id
+    encodings = model.tokenizer.encode(UNSEEN_SCRIPTS, None, truncation=False, max_length=None)
+    if not TOKENIZER_KINDS[family].startswith("bpe"):
+        assert unk is not None
+        assert any(unk in e.ids for e in encodings), "the texts give no unknown token"
+    for strategy in ("none", "simple", "first", "average", "max"):
+        reference = _pipeline("token-classification", checkpoint, aggregation_strategy=strategy, ignore_labels=[])
+        for text, ours in zip(UNSEEN_SCRIPTS, model.tag(UNSEEN_SCRIPTS, strategy, ignore_labels=()), strict=True):
+            theirs = reference(text)
+            key = "entity" if strategy == "none" else "entity_group"
+            assert [(e[key], e["word"], e["start"], e["end"]) for e in ours] == [
+                (e[key], e["word"], e["start"], e["end"]) for e in theirs
+            ], (strategy, text)
+            np.testing.assert_allclose([e["score"] for e in ours], [e["score"] for e in theirs], atol=EXACT_ATOL)
 
 
 @pytest.mark.parametrize("family", list(CLASSES))

@@ -99,11 +99,16 @@ def check_ignore_labels(ignore_labels: object) -> tuple[str, ...]:
 class TokenStrings:
     """What the post-processing reads from the tokenizer: token strings, their decoding, ``[UNK]``."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, unk_token_id: int | None = None) -> None:
+        """``unk_token_id``: the tokenizer's unknown token as its config names it (what the pipeline compares
+        ids with); without it, the model's own ``unk_token`` (WordPiece and BPE have one; a Unigram model
+        only keeps an index, so XLM-R's and DeBERTa's must be given)."""
         self._tokenizer = tokenizer
         model = tokenizer.model
         unk = getattr(model, "unk_token", None)
-        self.unk_id: int | None = tokenizer.token_to_id(unk) if isinstance(unk, str) else None
+        if unk_token_id is None and isinstance(unk, str):
+            unk_token_id = tokenizer.token_to_id(unk)
+        self.unk_id: int | None = unk_token_id
         #: WordPiece marks continuations (``##``): a piece is a continuation when its string and its text
         #: differ in length. Other tokenizers fall back to the pipeline's whitespace heuristic.
         self.word_aware = bool(getattr(model, "continuing_subword_prefix", None))
