@@ -33,6 +33,7 @@ from .windows import Windowing
 if TYPE_CHECKING:
     from .batching import Batch
     from .manifest import Manifest
+    from .tokenizer import TextTokenizer
 
 __all__ = ["HeadMethods"]
 
@@ -45,6 +46,7 @@ class HeadMethods:
     if TYPE_CHECKING:
         manifest: Manifest
         max_length: int
+        tokenizer: TextTokenizer
 
         def task(self, name: str, **options: Any) -> Any: ...
 
