@@ -554,6 +554,30 @@ def test_cross_encoder_export_scores_as_predict(tmp_path: Path) -> None:
     expected = model.rank(pairs[0][0], documents)
     assert [r["index"] for r in ranked] == [r["corpus_id"] for r in expected]
     np.testing.assert_allclose([r["score"] for r in ranked], [r["score"] for r in expected], atol=EXACT, rtol=0)
+    # over HTTP too, a body without truncate cuts at max_seq_length as predict does (LONG * 3 is over 512 tokens)
+    documents.append(LONG * 3)
+    pairs.append(("a", LONG * 3))
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from bertonnx.serve import create_app
+
+    with TestClient(create_app(outdir, threads=1)) as client:
+        deadline = time.monotonic() + 60
+        while client.get("/ready").status_code != 200:
+            assert time.monotonic() < deadline, "the server was not ready in time"
+            time.sleep(0.05)
+        reply = client.post("/rerank", json={"query": pairs[0][0], "texts": documents})
+        assert reply.status_code == 200, reply.text
+        served = sorted(reply.json(), key=lambda rank: rank["index"])
+        np.testing.assert_allclose(
+            [r["score"] for r in served], model.predict([(pairs[0][0], d) for d in documents]), atol=EXACT, rtol=0
+        )
+        for query, doc in pairs:
+            reply = client.post("/predict", json={"inputs": [query, doc]})
+            assert reply.status_code == 200, reply.text
+            np.testing.assert_allclose(reply.json()[0]["score"], model.predict([(query, doc)])[0], atol=EXACT, rtol=0)
 
 
 # -- real weights ----------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from .. import pipeline
 from ..protocol import OpenAIEmbeddingsRequest, OpenAIEmbeddingsResponse
 from ..state import ServerState
 from .server import ERROR_RESPONSES
-from .tei import embed_truncation
+from .tei import task_truncation
 
 __all__ = ["openai_routes"]
 
@@ -35,7 +35,7 @@ def openai_routes(state: ServerState) -> APIRouter:
             "embed",
             pooling=state.options.pooling,
             normalize=True,
-            truncation=embed_truncation(state, body.truncate),
+            truncation=task_truncation(state, body.truncate),
             dimensions=body.dimensions,
         )
         prepared, answers = await pipeline.run(state, request, task, pipeline.as_list(body.input), field="input")

@@ -50,9 +50,10 @@ def truncation(state: ServerState, truncate: bool | None) -> bool:
     return state.options.truncation if truncate is None else truncate
 
 
-def embed_truncation(state: ServerState, truncate: bool | None) -> bool | None:
-    """``truncation`` for ``embed``: absent and no ``--auto-truncate``, the task's own default (an export of a
-    sentence-transformers folder cuts at its ``max_seq_length``, as ``encode``; any other refuses)."""
+def task_truncation(state: ServerState, truncate: bool | None) -> bool | None:
+    """``truncation`` for a task with a default of its own: absent and no ``--auto-truncate``, the task's
+    default, as offline (an export of a sentence-transformers folder or CrossEncoder cuts at its
+    ``max_seq_length``, as ``encode`` and ``predict``; any other refuses an input over the limit)."""
     if truncate is None and not state.options.truncation:
         return None
     return truncation(state, truncate)
@@ -71,7 +72,7 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             "embed",
             pooling=body.pooling or state.options.pooling,
             normalize=body.normalize,
-            truncation=embed_truncation(state, body.truncate),
+            truncation=task_truncation(state, body.truncate),
             prompt_name=body.prompt_name,
             dimensions=body.dimensions,
         )
@@ -88,7 +89,7 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             "embed_sparse",
             top_k=body.top_k,
             prompt_name=body.prompt_name,
-            truncation=embed_truncation(state, body.truncate),
+            truncation=task_truncation(state, body.truncate),
         )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
         return pipeline.json_answer(
@@ -110,7 +111,11 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             """The classifier's labels per text or pair, highest score first (one input in: one list out)."""
             model, _ = state.require_model()
             task = pipeline.task(
-                model, "classify", raw_scores=body.raw_scores, top_k=None, truncation=truncation(state, body.truncate)
+                model,
+                "classify",
+                raw_scores=body.raw_scores,
+                top_k=None,
+                truncation=task_truncation(state, body.truncate),
             )
             _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs))
             single = isinstance(body.inputs, (str, tuple))
@@ -132,7 +137,9 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
     async def rerank(body: RerankRequest, request: Request) -> Response:
         """Texts ranked by a one-logit cross-encoder's score against ``query`` (sigmoid; TEI's shape)."""
         model, _ = state.require_model()
-        task = pipeline.task(model, "rerank", raw_scores=body.raw_scores, truncation=truncation(state, body.truncate))
+        task = pipeline.task(
+            model, "rerank", raw_scores=body.raw_scores, truncation=task_truncation(state, body.truncate)
+        )
         pairs = [(body.query, text) for text in body.texts]
         _, answers = await pipeline.run(state, request, task, pairs, field="texts")
         ranked: list[dict[str, Any]] = [dict(rank) for rank in task.rank(answers)]
