@@ -124,7 +124,9 @@ def _best_spans(
     """The ``count`` best ``(s, e)`` by ``start[s] × end[e]`` with ``s <= e < s + max_answer_len``, best first,
     then only those whose both ends are candidates (the pipeline's ``decode_spans``)."""
     outer = np.matmul(start[:, :, None], end[:, None, :])
-    spans = np.tril(np.triu(outer), max_answer_len - 1)
+    # a span is at most the window long: a larger max_answer_len (any int) changes nothing, and numpy takes no
+    # diagonal offset beyond a C long
+    spans = np.tril(np.triu(outer), min(max_answer_len, outer.shape[-1]) - 1)
     flat = spans.flatten()
     if count == 1:
         order = np.array([np.argmax(flat)])
