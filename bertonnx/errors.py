@@ -196,20 +196,26 @@ def preferred_variant(available: Sequence[str]) -> str:
 
 
 class RequestTooLargeError(ValueError):
-    """One request carries more inputs than one request may.
+    """One request carries more inputs than one request may, or more model inputs than the queue ever holds
+    (no retry can succeed).
 
     Attributes:
-        count: the inputs it carries.
-        limit: the most one request may carry (``max_client_batch_size``).
+        count: the inputs it carries (``what``).
+        limit: the most one request may carry.
+        option: the limit's name (``max_client_batch_size``, or ``max_queue`` for model inputs).
+        what: what ``count`` counts (``inputs``; ``model inputs`` where each text expands into several rows:
+            zero-shot's texts × labels, choose's choices).
     """
 
-    def __init__(self, count: int, limit: int) -> None:
-        super().__init__(f"{count} inputs in one request, more than max_client_batch_size {limit}; split the request")
+    def __init__(self, count: int, limit: int, option: str = "max_client_batch_size", what: str = "inputs") -> None:
+        super().__init__(f"{count} {what} in one request, more than {option} {limit}; split the request")
         self.count = count
         self.limit = limit
+        self.option = option
+        self.what = what
 
-    def __reduce__(self) -> tuple[type[RequestTooLargeError], tuple[int, int]]:
-        return (RequestTooLargeError, (self.count, self.limit))
+    def __reduce__(self) -> tuple[type[RequestTooLargeError], tuple[int, int, str, str]]:
+        return (RequestTooLargeError, (self.count, self.limit, self.option, self.what))
 
 
 class QueueFullError(Exception):

@@ -262,7 +262,7 @@ def test_zero_shot_from_the_command(nli: dict[str, tuple[Path, Path]], capsys: p
 def test_zero_shot_over_http(nli: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from bertonnx.serve import create_app
+    from bertonnx.serve import ServeOptions, create_app
 
     export = nli["roberta"][1]
     model = BertOnnx(export)
@@ -291,6 +291,17 @@ def test_zero_shot_over_http(nli: dict[str, tuple[Path, Path]], tmp_path: Path) 
         assert "did you mean 'candidate_labels'" in unknown.json()["error"]
         assert '"candidate_labels": ["a", "b", ...]' in unknown.json()["error"]  # the route's example body
         assert "/zero_shot" in client.get("/openapi.json").json()["paths"]
+    # texts x labels that no queue of this size ever holds: 413 naming the limit, not a 429 to retry forever
+    with TestClient(create_app(export, ServeOptions(max_queue=64, max_client_batch_size=32))) as client:
+        _ready(client)
+        labels = [f"label {i}" for i in range(5)]
+        answer = client.post("/zero_shot", json={"inputs": ["a text"] * 13, "candidate_labels": labels})
+        assert answer.status_code == 413, answer.text
+        assert "retry-after" not in answer.headers
+        assert "65 model inputs (rows the model runs" in answer.json()["error"]
+        assert "more than --max-queue 64; split the request" in answer.json()["error"]
+        fits = client.post("/zero_shot", json={"inputs": ["a text"] * 12, "candidate_labels": labels})
+        assert fits.status_code == 200, fits.text
     unnamed = _without_entailment(nli["bert"][1], tmp_path / "unnamed")
     with TestClient(create_app(unnamed)) as client:
         _ready(client)

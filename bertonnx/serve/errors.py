@@ -146,8 +146,9 @@ def from_core(error: Exception) -> ServeError:
             "validation",
         )
     if isinstance(error, RequestTooLargeError):
+        flag = "--" + error.option.replace("_", "-")
         return ServeError(
-            f"{error.count} inputs in one request, more than --max-client-batch-size {error.limit}; split the request",
+            f"{error.count} {error.what} in one request, more than {flag} {error.limit}; split the request",
             "payload_too_large",
         )
     if isinstance(error, QueueFullError):

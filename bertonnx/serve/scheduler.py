@@ -61,7 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..batching import BatchLimits
-from ..errors import EngineError, QueueFullError, ShuttingDownError
+from ..errors import EngineError, QueueFullError, RequestTooLargeError, ShuttingDownError
 from .admission import TokenCost
 from .engine import Work
 from .metrics import DROP_REASONS, ServeMetrics
@@ -206,6 +206,9 @@ def oldest_requests(tickets: Sequence[object], max_requests: int | None) -> list
     return picks
 
 
+#: What the queue counts, named in a refusal: a zero-shot text is one per candidate label, a choose input one per
+#: choice, a long text one per window.
+MODEL_INPUTS = "model inputs (rows the model runs: a zero-shot text per candidate label, a choice, a window)"
 #: The scheduler's refusal (:class:`bertonnx.errors.QueueFullError`; the server answers it 429).
 QueueFull = QueueFullError
 
@@ -378,12 +381,15 @@ class Scheduler:
             The request's key in the queue's order (least first).
 
         Raises:
+            RequestTooLargeError: ``inputs`` is more than ``max_queue`` (even an empty queue cannot take it).
             QueueFull: any of the refusals above, or the queue cannot take ``inputs`` more inputs (``max_queue``).
         """
         now = time.monotonic()
         key = priority_key(now, tokens, self.priority_per_token)
         if deadline is not None:  # never placed later than its own protected time
             key = min(key, now + PROTECTED_SHARE * max(0.0, deadline - now))
+        if inputs > self.max_queue:  # not even an empty queue takes it: a retry cannot succeed (413, not 429)
+            raise RequestTooLargeError(inputs, self.max_queue, "max_queue", MODEL_INPUTS)
         if self.queued + inputs > self.max_queue:
             raise QueueFull(
                 self.queued,
