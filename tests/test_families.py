@@ -13,6 +13,7 @@ whole file stays within a few minutes on 2 cores).
 from __future__ import annotations
 
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,8 @@ def test_fill_mask_equals_the_pipeline(family_export: Any, family: str) -> None:
             np.testing.assert_allclose(
                 [d["score"] for d in our_mask], [d["score"] for d in their_mask], rtol=1e-3, atol=1e-7
             )
+    with pytest.raises(ValueError, match=f"input 0 has no {re.escape(mask)} token .*; write {re.escape(mask)} where"):
+        model.fill_mask("no mask here")
 
 
 @pytest.mark.parametrize("family", list(CLASSES))

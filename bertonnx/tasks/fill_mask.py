@@ -33,6 +33,8 @@ DEFAULT_TOP_K = 5
 Targets = str | Sequence[str] | None
 #: Dropped from each candidate's ``sequence``, as the pipeline drops ``pad_token_id``.
 PAD_TOKEN = "[PAD]"
+#: BERT's mask token, named in errors where the tokenizer names none.
+MASK_TOKEN = "[MASK]"
 
 
 class MaskFill(TypedDict):
@@ -44,17 +46,20 @@ class MaskFill(TypedDict):
     sequence: str
 
 
-def check_masks(encodings: Sequence[TokenSequence], mask_token_id: int, first_index: int = 0) -> None:
-    """Raise unless every input holds at least one ``[MASK]``.
+def check_masks(
+    encodings: Sequence[TokenSequence], mask_token_id: int, first_index: int = 0, mask_token: str = MASK_TOKEN
+) -> None:
+    """Raise unless every input holds at least one mask token (``mask_token``: the export's own, ``[MASK]``,
+    ``<mask>`` ...).
 
     Raises:
-        ValueError: an input has no ``[MASK]`` (the message names its index).
+        ValueError: an input has no mask token (the message names its index and the token to write).
     """
     for offset, encoding in enumerate(encodings):
         if mask_token_id not in encoding.ids:
             raise ValueError(
-                f"input {first_index + offset} has no [MASK] token (or truncation cut it off); write [MASK] "
-                "where a token should be predicted, e.g. 'the capital of france is [MASK].'"
+                f"input {first_index + offset} has no {mask_token} token (or truncation cut it off); write "
+                f"{mask_token} where a token should be predicted, e.g. 'the capital of france is {mask_token}.'"
             )
 
 
@@ -110,6 +115,7 @@ class FillMask(PerInput):
         encoder: how texts are tokenized (``None``: the task only runs units).
         targets: the only candidate ids (``None``: the whole vocabulary).
         pad_token_id: dropped from ``sequence`` (``None``: none).
+        mask_token: the mask token's text, named in errors.
     """
 
     head: Callable[[np.ndarray], np.ndarray]
@@ -119,6 +125,7 @@ class FillMask(PerInput):
     encoder: Encoder | None = None
     targets: tuple[int, ...] | None = None
     pad_token_id: int | None = None
+    mask_token: str = MASK_TOKEN
     name = "fill_mask"
     outputs = (HIDDEN_STATES,)
 
@@ -132,11 +139,13 @@ class FillMask(PerInput):
         """
         prepared = super().prepare(first, second, first_index, strict=strict)
         if strict:
-            check_masks(prepared.units, self.mask_token_id, first_index)
+            check_masks(prepared.units, self.mask_token_id, first_index, self.mask_token)
             return prepared
         kept = [(i, u) for i, u in zip(prepared.kept, prepared.units, strict=True) if self.mask_token_id in u.ids]
         for index in sorted(set(prepared.kept) - {i for i, _ in kept}):
-            prepared.rejected[index] = ValueError(f"input {index} has no [MASK] token (or truncation cut it off)")
+            prepared.rejected[index] = ValueError(
+                f"input {index} has no {self.mask_token} token (or truncation cut it off)"
+            )
         prepared.kept, prepared.units = [i for i, _ in kept], [u for _, u in kept]
         return prepared
 
@@ -173,6 +182,7 @@ class FillMask(PerInput):
             encoder_for(model, truncation),
             ids,
             tokenizer.token_to_id(PAD_TOKEN),
+            tokenizer.mask_token or MASK_TOKEN,
         )
 
     def postprocess(
