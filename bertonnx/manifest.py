@@ -109,6 +109,8 @@ NSP_IS_NEXT_INDEX = 0
 #: The manifest block of lossy variants (int8, bf16) the export did not write because they missed their parity
 #: gate: ``{variant: {"measure", "value", "limit", "breaches", "parity"}}``. Absent in older exports.
 REFUSED_VARIANTS_KEY = "refused_variants"
+#: Variants the export could not build for the model's family, with why (``unavailable_variants``).
+UNAVAILABLE_VARIANTS_KEY = "unavailable_variants"
 
 _HASH_CHUNK_BYTES = 1 << 22
 _REQUIRED_CONFIG_KEYS = (
@@ -356,10 +358,16 @@ class Manifest:
 
     def require_variant(self, variant: str) -> None:
         """Raise :class:`~bertonnx.errors.VariantMissingError` unless the export holds ``variant``; its
-        ``reason`` says why when the export refused the variant at its parity gate."""
+        ``reason`` says why when the export refused the variant at its parity gate or could not build it for
+        the family (MPNet's, ModernBERT's and DeBERTa's ``optimized``)."""
         if variant not in self.data["variants"]:
             refused = self.refused_variants.get(variant)
-            reason = f"it failed its parity gate at export: {refusal_text(refused)}" if refused else None
+            unavailable = (self.data.get(UNAVAILABLE_VARIANTS_KEY) or {}).get(variant)
+            reason = None
+            if refused:
+                reason = f"it failed its parity gate at export: {refusal_text(refused)}"
+            elif unavailable:  # re-exporting cannot build it either
+                reason = f"it cannot be built for this model: {unavailable}"
             raise VariantMissingError(self.directory, variant, list(self.data["variants"]), reason)
 
     def variant_files(self, variant: str) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bertonnx import BertOnnx, HeadMissingError
+from bertonnx import BertOnnx, HeadMissingError, VariantMissingError
 from bertonnx.info import describe
 from bertonnx.manifest import read_manifest
 from bertonnx.table import FAMILIES
@@ -112,6 +112,8 @@ def test_every_class_exports_through_the_gate(family_export: Any, architecture: 
         expected.discard("optimized")
         assert manifest.data["unavailable_variants"] == {"optimized": family.no_fusion}
         assert any(f"the optimized variant cannot be built for {family.model_type}" in line for line in log)
+        with pytest.raises(VariantMissingError, match=r"has no 'optimized' variant \(it cannot be built for this"):
+            BertOnnx(export, "optimized")  # no advice to re-export: that cannot build it either
     assert set(manifest.variants) == expected
     counted = describe(manifest)["parameters"]  # bertonnx inspect: the graph's initializers, by head
     assert counted["matches_manifest"], (counted["counts"], manifest.data["parameters"])
