@@ -16,6 +16,7 @@ import json
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -199,7 +200,7 @@ output:
                       pooling, normalize, shape
   --output X.npy      a float32 [n, hidden] array (row i = text i); --json then prints the same object
                       with empty results and the output's name
-  --output FILE       JSON lines into FILE
+  --output X.jsonl    JSON lines into X.jsonl (any other extension is refused before anything runs)
 The output's folder must exist; the file is written to a temporary name and renamed when complete."""
 
 
@@ -233,9 +234,27 @@ def _embed_texts(args: argparse.Namespace) -> list[str]:
     return texts
 
 
+#: What ``bertonnx embed --output`` writes, by the name's extension (any case).
+EMBED_OUTPUT_FORMATS = {".npy": "a float32 array", ".jsonl": "JSON lines"}
+
+
+def _embed_output(path: str | None) -> Path | None:
+    """``--output``'s target, refused before any work unless its extension names a format embed writes."""
+    if not path:
+        return None
+    target = check_output_file(path, "--output")
+    if target.suffix.lower() not in EMBED_OUTPUT_FORMATS:
+        formats = " or ".join(f"{suffix} ({what})" for suffix, what in EMBED_OUTPUT_FORMATS.items())
+        raise CommandError(
+            f"--output {path}: embed writes {formats}, not {target.suffix or 'a name without an extension'}; "
+            f"name it {target.stem}.npy or {target.stem}.jsonl"
+        )
+    return target
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     texts = _embed_texts(args)
-    target = check_output_file(args.output, "--output") if args.output else None
+    target = _embed_output(args.output)
     model = _load(args)
     random_weights = model.manifest.random_weights
     try:
@@ -270,7 +289,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     def write(handle: BinaryIO) -> None:
-        if target.suffix == ".npy":
+        if target.suffix.lower() == ".npy":
             np.save(handle, vectors)
             return
         for text, vector in zip(texts, vectors, strict=True):

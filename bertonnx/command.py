@@ -32,7 +32,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .errors import InputTooLongError, OptionError, VariantMissingError, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
@@ -74,7 +74,13 @@ class CommandError(Exception):
 
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2), and
-    which names a mistyped option first (``--ouput``: did you mean ``--output``?), before any missing one."""
+    which names a mistyped option first (``--ouput``: did you mean ``--output``?), before any missing one.
+    Options are never abbreviated: ``--prompt`` on a command that has only ``--prompt-name`` is refused, not
+    taken for it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise CommandError(f"{message}; see `{self.prog} --help`")
@@ -86,8 +92,8 @@ class ArgumentParser(argparse.ArgumentParser):
         known = [flag for action in self._actions for flag in action.option_strings]
         for word in _options_part(words):
             flag = word.split("=", 1)[0]
-            if not flag.startswith("--") or flag == "--" or any(name.startswith(flag) for name in known):
-                continue  # a known option or a prefix argparse resolves (or refuses as ambiguous)
+            if not flag.startswith("--") or flag == "--" or flag in known:
+                continue
             close = difflib.get_close_matches(flag, known, n=1)
             self.error(f"unrecognized arguments: {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
         return super().parse_intermixed_args(words, namespace)

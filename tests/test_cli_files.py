@@ -203,6 +203,16 @@ def test_outputs_that_cannot_be_written(capsys: pytest.CaptureFixture[str], tiny
     assert f"--output {locked / 'vectors.npy'}: cannot write in {locked}" in line
     assert line.endswith("choose a folder you can write to")
     assert list(locked.iterdir()) == []
+    for name in ("out.parquet", "out.csv", "out"):  # a format embed does not write: refused, nothing written
+        line = error_line(capsys, [*embed, str(tmp_path / name)])
+        assert "embed writes .npy (a float32 array) or .jsonl (JSON lines), not " in line
+        assert not (tmp_path / name).exists()
+    assert main([*embed, str(tmp_path / "upper.NPY")]) == 0  # extensions in any case
+    assert np.load(tmp_path / "upper.NPY").dtype == np.float32
+    # options are never abbreviated: --prompt-nam is no --prompt-name
+    assert "unrecognized arguments: --prompt-nam (did you mean --prompt-name?)" in error_line(
+        capsys, ["embed", str(tiny_export), "--prompt-nam", "query", "a"]
+    )
 
 
 def test_extras_outputs_are_checked_before_any_work(

@@ -220,7 +220,12 @@ def test_a_mistyped_option_comes_first_with_the_closest_one(capsys: pytest.Captu
     assert one_line(capsys.readouterr().err) == (
         "bertonnx batch: error: unrecognized arguments: --ouput (did you mean --output?); see `bertonnx batch --help`"
     )
-    assert main(["serve", "DIR", "--max-queue-wai", "0", "--port", "99999"]) == EXIT_USAGE  # a prefix is argparse's
+    # a prefix is not taken for the option it begins (argparse's abbreviations are off): named, with the option
+    assert main(["serve", "DIR", "--max-queue-wai", "0", "--port", "99999"]) == EXIT_USAGE
+    assert "unrecognized arguments: --max-queue-wai (did you mean --max-queue-wait?)" in one_line(
+        capsys.readouterr().err
+    )
+    assert main(["serve", "DIR", "--port", "99999"]) == EXIT_USAGE
     assert "argument --port: expected a port number 0-65535, got 99999" in one_line(capsys.readouterr().err)
 
 
