@@ -355,7 +355,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "one of the export's sentence-transformers prompts, put before every text",
         ("embed", "batch", "embed-sparse"),
         metavar="NAME",
-        conventions={"batch": _EMBED_ONLY},
+        conventions={"batch": Convention(note="--task embed or sparse")},
         default_text="the export's default_prompt_name",
     ),
     Option("prompt", "--prompt", "a prompt text put before every text", ("embed", "embed-sparse"), metavar="TEXT"),

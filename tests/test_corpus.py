@@ -388,6 +388,10 @@ sys.exit(bertonnx.cli.main(["batch", sys.argv[1], "--input", "x.txt", "--output"
             "--stride is read by --task tag only, and this job is --task classify",
         ),
         (["--task", "nsp", "--pooling", "mean"], "--pooling is read by --task embed only, and this job is --task nsp"),
+        (
+            ["--task", "tag", "--prompt-name", "query"],
+            "--prompt-name is read by --task embed or --task sparse only, and this job is --task tag",
+        ),
     ],
 )
 def test_an_option_of_another_task_is_refused_not_ignored(
@@ -399,4 +403,30 @@ def test_an_option_of_another_task_is_refused_not_ignored(
     assert code == 2, out
     assert said in err
     assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out.parquet").exists()
+
+
+@pytest.mark.parametrize("task", ["tag", "sparse", "embed", "zero-shot"])
+def test_a_task_of_single_texts_refuses_a_pair_column(
+    tiny_export: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], task: str
+) -> None:
+    """Tasks of one text a row never take ``--pair-column`` silently (tag and sparse ignored it)."""
+    source = tmp_path / "pairs.jsonl"
+    source.write_text('{"text": "a", "other": "b"}\n', encoding="utf-8")
+    code, out, err = run(
+        capsys,
+        tiny_export,
+        "--input",
+        source,
+        "--output",
+        tmp_path / "out.parquet",
+        "--task",
+        task,
+        "--pair-column",
+        "other",
+        *(["--candidate-labels", "x,y"] if task == "zero-shot" else []),
+    )
+    assert code == 2, out
+    assert "single texts" in err
+    assert "drop --pair-column" in err
     assert not (tmp_path / "out.parquet").exists()

@@ -682,7 +682,9 @@ def test_sparse_encoder_export_matches_encode(
 
     checkpoint = build_tiny_checkpoint("BertForMaskedLM", tmp_path / "mlm")
     transformer = models.Transformer(str(checkpoint), transformer_task="fill-mask", max_seq_length=48)
-    SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu").save(str(tmp_path / "se"))
+    SparseEncoder(modules=[transformer, SpladePooling("max")], device="cpu", prompts={"query": "query: "}).save(
+        str(tmp_path / "se")
+    )
     model = SparseEncoder(str(tmp_path / "se"), device="cpu")
     outdir = tmp_path / "export"
     options = ExportOptions(outdir=outdir, model=str(tmp_path / "se"), variants=("fp32", "optimized"))
@@ -724,6 +726,12 @@ def test_sparse_encoder_export_matches_encode(
         bert.embed_sparse(TEXTS, threshold=-1)
     _assert_embed_sparse_route(outdir, expected)
     _assert_sparse_corpus_job(outdir, tmp_path, bert.embed_sparse(TEXTS))
+    queried = bert.embed_sparse(TEXTS, prompt_name="query")
+    _assert_sparse_corpus_job(outdir, tmp_path, queried, prompt_name="query")
+    prompted = model.encode(TEXTS, prompt_name="query", convert_to_sparse_tensor=False).numpy()
+    for answer, reference in zip(queried, prompted, strict=True):
+        assert answer["indices"].tolist() == np.flatnonzero(reference).tolist()
+        np.testing.assert_allclose(answer["values"], reference[answer["indices"]], atol=EXACT, rtol=0)
     _assert_embed_sparse_command(outdir, rich_export, tmp_path, capsys)
     with pytest.raises(HeadMissingError):  # an export without SPLADE (a SentenceTransformer's BertModel)
         BertOnnx(rich_export, "fp32").embed_sparse(TEXTS)
@@ -807,15 +815,17 @@ def _assert_embed_sparse_route(export: Path, expected: np.ndarray) -> None:
         assert client.post("/embed_sparse", json={"inputs": ["a"], "top_k": 0}).status_code == 422
 
 
-def _assert_sparse_corpus_job(export: Path, tmp_path: Path, offline: list[Any]) -> None:
-    """``bertonnx batch --task sparse``: one row per text, its ``{"index", "value"}`` pairs as offline."""
+def _assert_sparse_corpus_job(export: Path, tmp_path: Path, offline: list[Any], prompt_name: str | None = None) -> None:
+    """``bertonnx batch --task sparse`` (``--prompt-name``): one row per text, its ``{"index", "value"}`` pairs
+    as offline."""
     from bertonnx.corpus import TaskOptions, read_output
     from bertonnx.corpus.job import run_local_job
 
     source = tmp_path / "texts.txt"
     source.write_text("".join(text.replace("\n", " ") + "\n" for text in TEXTS), encoding="utf-8")
     output = tmp_path / "sparse.parquet"
-    run_local_job(export, source, output, TaskOptions("sparse"), variant="optimized", progress=False)
+    options = TaskOptions("sparse", prompt_name=prompt_name)
+    run_local_job(export, source, output, options, variant="optimized", progress=False)
     rows = read_output(output).column("sparse").to_pylist()
     assert len(rows) == len(TEXTS)
     for row, answer in zip(rows, offline, strict=True):

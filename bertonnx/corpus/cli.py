@@ -105,11 +105,13 @@ def check_task_options(args: argparse.Namespace) -> None:
         convention = option.conventions.get("batch")
         if convention is None or not convention.note.startswith(_TASK_NOTE):
             continue
-        task = convention.note.removeprefix(_TASK_NOTE).split(";")[0].strip()  # "--task tag; a refused row ..."
-        if task != args.task and getattr(args, name, None) != option.default_for("batch"):
+        # "--task tag; a refused row ...", "--task embed or sparse"
+        tasks = convention.note.removeprefix(_TASK_NOTE).split(";")[0].strip().split(" or ")
+        if args.task not in tasks and getattr(args, name, None) != option.default_for("batch"):
+            named = " or ".join(f"--task {task}" for task in tasks)
             raise CommandError(
-                f"{option.flag} is read by --task {task} only, and this job is --task {args.task}; drop "
-                f"{option.flag}, or pass --task {task}"
+                f"{option.flag} is read by {named} only, and this job is --task {args.task}; drop "
+                f"{option.flag}, or pass {named}"
             )
 
 

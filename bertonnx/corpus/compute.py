@@ -365,7 +365,7 @@ def task_for(model: BertOnnx, options: TaskOptions) -> Any:
     if options.task == "classify":
         return make_task(model, "classify", top_k=1, truncation=options.truncation)
     if options.task == "sparse":
-        return make_task(model, "embed_sparse", truncation=options.truncation or None)
+        return make_task(model, "embed_sparse", truncation=options.truncation or None, prompt_name=options.prompt_name)
     if options.task == "zero-shot":  # the text is always cut beside a hypothesis, as the pipeline
         return make_task(
             model,

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..model import DEFAULT_VARIANT, BertOnnx
 from .compute import (
+    TEXT_TASKS,
     TaskOptions,
     check_model_task,
     compute_rows,
@@ -77,7 +78,8 @@ def check_job(source: InputFile, options: TaskOptions) -> None:
     """Check that the task fits the input's columns (before any model is loaded).
 
     Raises:
-        ValueError: ``embed`` or ``zero-shot`` with a pair column, or ``nsp`` without one.
+        ValueError: a task of single texts (``embed``, ``tag``, ``sparse``, ``zero-shot``) with a pair column,
+            or ``nsp`` without one.
     """
     if options.task == "embed" and source.pair_column:
         raise ValueError(
@@ -85,6 +87,8 @@ def check_job(source: InputFile, options: TaskOptions) -> None:
         )
     if options.task == "zero-shot" and source.pair_column:
         raise ValueError("zero-shot classifies single texts against its candidate labels; drop --pair-column")
+    if options.task in TEXT_TASKS and source.pair_column:  # tag, sparse: one text a row
+        raise ValueError(f"{options.task} takes single texts; drop --pair-column")
     if options.task == "nsp" and not source.pair_column:
         raise ValueError(
             "nsp scores sentence pairs; pass --pair-column with a .jsonl, .csv or .parquet input holding both"
