@@ -76,7 +76,8 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose usage errors raise :class:`CommandError` (one line, exit 2), and
     which names a mistyped option first (``--ouput``: did you mean ``--output``?), before any missing one.
     Options are never abbreviated: ``--prompt`` on a command that has only ``--prompt-name`` is refused, not
-    taken for it."""
+    taken for it; an option of one value given twice (``--context a --context b``) is refused, not the last
+    one kept."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -90,8 +91,23 @@ class ArgumentParser(argparse.ArgumentParser):
     ) -> argparse.Namespace:
         words = list(sys.argv[1:] if args is None else args)
         known = [flag for action in self._actions for flag in action.option_strings]
+        #: options that keep one value: given twice, argparse would keep the last silently
+        single = {
+            flag: action
+            for action in self._actions
+            if not isinstance(action, (argparse._AppendAction, argparse._CountAction, argparse._HelpAction))
+            for flag in action.option_strings
+        }
+        given: dict[int, list[str]] = {}
         for word in _options_part(words):
             flag = word.split("=", 1)[0]
+            action = single.get(flag)
+            if action is not None:
+                flags = given.setdefault(id(action), [])
+                flags.append(flag)
+                if len(flags) == 2:
+                    both = "twice" if flags[0] == flag else f"twice (as {flags[0]} and {flag})"
+                    self.error(f"{flags[0]} is given {both}, and it keeps one value; pass it once")
             if not flag.startswith("--") or flag == "--" or flag in known:
                 continue
             close = difflib.get_close_matches(flag, known, n=1)

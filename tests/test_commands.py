@@ -227,6 +227,13 @@ def test_a_mistyped_option_comes_first_with_the_closest_one(capsys: pytest.Captu
     )
     assert main(["serve", "DIR", "--port", "99999"]) == EXIT_USAGE
     assert "argument --port: expected a port number 0-65535, got 99999" in one_line(capsys.readouterr().err)
+    # an option of one value given twice is refused (argparse keeps the last one silently)
+    assert main(["choose", "DIR", "--context", "a", "--context", "b", "mat", "moon"]) == EXIT_USAGE
+    assert "--context is given twice, and it keeps one value; pass it once" in one_line(capsys.readouterr().err)
+    assert main(["embed", "DIR", "--pooling", "mean", "--pooling=cls", "a"]) == EXIT_USAGE
+    assert "--pooling is given twice, and it keeps one value" in one_line(capsys.readouterr().err)
+    assert main(["serve", "DIR", "--truncation", "--auto-truncate"]) == EXIT_USAGE  # an old spelling is the same option
+    assert "--truncation is given twice (as --truncation and --auto-truncate)" in one_line(capsys.readouterr().err)
 
 
 def _missing(module: str) -> bool:
