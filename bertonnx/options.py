@@ -48,12 +48,17 @@ def physical_cores() -> int:
     return max(1, len(cores) or len(allowed))
 
 
+#: The most threads one session takes: more than any CPU here has, and far below what onnxruntime's C int holds
+#: (10**20 reached it as a binding error).
+MAX_THREADS = 1024
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """onnxruntime settings for one model.
 
     Attributes:
-        threads: intra-op threads; ``None`` = physical cores.
+        threads: intra-op threads, 1 to ``MAX_THREADS``; ``None`` = physical cores.
         inter_op_threads: threads running independent graph branches (1 suits BERT's sequential graph).
         allow_spinning: let idle threads spin for the next task (faster back-to-back calls, burns CPU).
         enable_cpu_mem_arena: reuse memory across calls. The arena grows to the largest shape seen and
@@ -85,8 +90,8 @@ class RuntimeOptions:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-            if value < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
+            if not 1 <= value <= MAX_THREADS:
+                raise ValueError(f"{name} must be between 1 and {MAX_THREADS}, got {value}")
         for name in (
             "allow_spinning",
             "enable_cpu_mem_arena",

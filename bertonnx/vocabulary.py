@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from .batching import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_SERVE_MAX_BATCH_TOKENS
 from .manifest import VARIANT_FILES
 from .model import DEFAULT_VARIANT
+from .options import MAX_THREADS
 from .tasks.answer import DEFAULT_MAX_ANSWER_LEN, DEFAULT_MAX_SEQ_LEN
 from .tasks.embed import PIPELINE_POOLING, POOLING_MODES
 from .tasks.fill_mask import DEFAULT_TOP_K
@@ -53,6 +54,14 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def thread_count(text: str) -> int:
+    """An argparse ``type``: a thread count, 1 to :data:`bertonnx.options.MAX_THREADS`."""
+    value = positive_int(text)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(f"expected 1 to {MAX_THREADS} threads, got {value}")
     return value
 
 
@@ -246,7 +255,7 @@ OPTIONS: Mapping[str, Option] = _declare(
         "--threads",
         "onnxruntime intra-op threads",
         (*MODEL_COMMANDS, "bench", "bench-serve"),
-        kind=positive_int,
+        kind=thread_count,
         default_text="physical cores",
         conventions={
             "serve": Convention(note="with --ray: 1 per replica"),

@@ -186,6 +186,7 @@ def test_a_missing_model_folder_gets_advice_that_fits_it(
         (["embed", "{dir}", "some text", "--pooling", "max"], "argument --pooling: invalid choice: 'max'"),
         (["embed", "{dir}", "x", "--batch-size", "0"], "argument --batch-size: expected a whole number >= 1, got 0"),
         (["nsp", "{dir}", "a", "b", "--threads", "two"], "argument --threads: expected a whole number >= 1, got 'two'"),
+        (["nsp", "{dir}", "a", "b", "--threads", "99999999999999999999"], "argument --threads: expected 1 to 1024"),
         (["nsp", "{dir}", "only one text"], "the following arguments are required: TEXT_B"),
         (["nsp", "{dir}", "a", "b", "c"], "unrecognized arguments: c"),
         (["inspect", "{dir}", "--verbose"], "unrecognized arguments: --verbose"),
