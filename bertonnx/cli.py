@@ -181,8 +181,8 @@ def cmd_nsp(args: argparse.Namespace) -> int:
     model = _load(args)
     probability = model.nsp(args.text_a, args.text_b, truncation=args.truncation, batch_size=args.batch_size)
     payload = envelope(model.manifest.directory, model.variant, model.manifest.random_weights, [probability])
-    banner = _random_banner(model.manifest.random_weights, model.manifest.weights)
-    _emit(args, payload, f"{banner}P(B follows A) = {probability:.4f}")
+    _banner_to_stderr(args, model)
+    _emit(args, payload, f"P(B follows A) = {probability:.4f}")
     return EXIT_OK
 
 

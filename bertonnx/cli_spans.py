@@ -17,7 +17,7 @@ from .cli import _add_model_args, _load
 from .command import EXIT_OK, ArgumentParser, Command, CommandError, describe_error
 from .files import read_lines, read_text
 from .model import BertOnnx
-from .surface import envelope, random_banner
+from .surface import envelope, print_random_banner
 from .vocabulary import ignore_labels
 
 __all__ = ["ANSWER_COMMAND", "CHOOSE_COMMAND", "DETECT_REPLACED_COMMAND", "TAG_COMMAND"]
@@ -28,7 +28,10 @@ def _print_json(model: BertOnnx, results: list[Any]) -> None:
 
 
 def _banner(model: BertOnnx) -> str:
-    return random_banner(model.manifest.random_weights, model.manifest.weights).rstrip("\n")
+    """The random-weights banner on stderr, as every data command prints it (stdout keeps the answers alone);
+    an empty first line for the report."""
+    print_random_banner(model.manifest.random_weights, model.manifest.weights)
+    return ""
 
 
 # -- tag ---------------------------------------------------------------------------------------------

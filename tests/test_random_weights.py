@@ -105,9 +105,15 @@ def test_inspect_says_where_the_weights_come_from_in_words(
 
 
 def test_text_outputs_show_a_banner(capsys: pytest.CaptureFixture[str], random_export: Path) -> None:
-    for argv in (["nsp", str(random_export), "a", "b"], ["walkthrough", str(random_export)]):
+    """Reports about the model (walkthrough, inspect) open with the banner; commands whose stdout is answers
+    print it on stderr, so `bertonnx nsp ... > out.txt` holds the answer alone."""
+    for argv in (["walkthrough", str(random_export)], ["inspect", str(random_export)]):
         assert main(argv) == 0
         assert "!! RANDOM WEIGHTS: outputs are meaningless" in capsys.readouterr().out
+    assert main(["nsp", str(random_export), "a", "b"]) == 0
+    out, err = capsys.readouterr()
+    assert "!! RANDOM WEIGHTS: outputs are meaningless" in err
+    assert out.startswith("P(B follows A) = ")
     assert main(["embed", str(random_export), "a"]) == 0  # JSON lines on stdout: the banner goes to stderr
     out, err = capsys.readouterr()
     assert "!! RANDOM WEIGHTS" in err
