@@ -153,7 +153,7 @@ def read_folder(path: Path) -> SentenceFolder | None:
     entries = _read_json(modules_path)
     if not isinstance(entries, list) or not entries:
         raise ExportError(f"{modules_path} lists no modules; the sentence-transformers folder is broken")
-    entries = sorted(entries, key=lambda e: int(e.get("idx", 0)))
+    # in the file's order, as sentence-transformers loads them (its "idx" is not read)
     names = [_class_name(e, modules_path) for e in entries]
     transformers = ("Transformer", "MLMTransformer")
     if names[0] not in transformers or any(n in transformers for n in names[1:]):
@@ -189,6 +189,12 @@ def read_folder(path: Path) -> SentenceFolder | None:
     modules = [(name, path / str(e.get("path", ""))) for name, e in zip(names[1:], entries[1:], strict=True)]
     if model_type == "SentenceTransformer" and ("Pooling" not in names or "SpladePooling" in names):
         raise ExportError(f"{modules_path}: no Pooling module; bertonnx needs one to make one vector per text")
+    if model_type == "SentenceTransformer" and (names[1] != "Pooling" or names.count("Pooling") > 1):
+        # Dense and Normalize read the pooled sentence_embedding: before Pooling there is none (encode fails too)
+        raise ExportError(
+            f"{modules_path}: Pooling must come once, right after the Transformer (Dense and Normalize work on its "
+            f"vector); this folder's modules are {', '.join(names)}"
+        )
     return SentenceFolder(path, checkpoint, model_type, modules, transformer_config, st_config)
 
 

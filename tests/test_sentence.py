@@ -273,6 +273,27 @@ def test_modules_bertonnx_cannot_run_are_refused(bert_dir: Path, tmp_path: Path,
     assert "refusing to export without it" in str(caught.value)
 
 
+def test_modules_run_in_the_files_order_and_pooling_comes_first(bert_dir: Path, tmp_path: Path) -> None:
+    """modules.json's order is the order sentence-transformers runs (its ``idx`` is not read): Dense listed
+    before Pooling is refused in one line (encode fails on it too), not a KeyError at the gate."""
+    make_st(bert_dir, tmp_path / "st", dense=((HIDDEN, None),), normalize_module=True)
+    modules = json.loads((tmp_path / "st" / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Dense", "Normalize"]
+    modules[1], modules[2] = modules[2], modules[1]  # idx kept: 0, 2, 1, 3
+    (tmp_path / "st" / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ExportError, match="Pooling must come once, right after the Transformer") as caught:
+        st_export.read_folder(tmp_path / "st")
+    assert "modules are Transformer, Dense, Pooling, Normalize" in str(caught.value)
+    with pytest.raises(KeyError):  # what sentence-transformers does with that order
+        SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS[:1])
+    modules[1], modules[2] = modules[2], modules[1]
+    modules[2], modules[3] = modules[3], modules[2]  # Normalize before Dense: runnable, and run in that order
+    (tmp_path / "st" / "modules.json").write_text(json.dumps(modules))
+    folder = st_export.read_folder(tmp_path / "st")
+    assert folder is not None
+    assert [name for name, _ in folder.modules] == ["Pooling", "Normalize", "Dense"]
+
+
 def test_untrusted_dense_activation_is_refused(bert_dir: Path, tmp_path: Path) -> None:
     make_st(bert_dir, tmp_path / "st", dense=((16, torch.nn.Tanh()),))
     config_path = tmp_path / "st" / "2_Dense" / "config.json"
