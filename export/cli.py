@@ -24,7 +24,7 @@ from bertonnx.vocabulary import add_option, positive_int
 
 from .errors import ExportError
 from .heads import ROWS
-from .names import DEFAULT_MODEL, DEFAULT_OPSET, WEIGHT_CHOICES
+from .names import DEFAULT_MODEL, DEFAULT_OPSET, MAX_OPSET, MIN_OPSET, WEIGHT_CHOICES
 
 __all__ = ["EXPORT_COMMAND", "PARITY_COMMAND", "build_parser", "main"]
 
@@ -33,6 +33,36 @@ exit codes: 0 ok, 2 refused (bad option, model or OUTDIR; missing extra), 3 pari
 optimized, or no variant passed; nothing is written), 4 hub unreachable, 5 a lossy variant named by --variants
 (int8, bf16) missed its parity gate and was not written (the others were), 130 interrupted. Without --variants
 a refused lossy variant is a note and the exit is 0; the manifest's refused_variants says why."""
+
+
+def _opset(text: str) -> int:
+    """An argparse ``type``: an ONNX opset the export builds (``MIN_OPSET`` to ``MAX_OPSET``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an opset {MIN_OPSET} to {MAX_OPSET}, got {text!r}") from None
+    if not MIN_OPSET <= value <= MAX_OPSET:
+        raise argparse.ArgumentTypeError(
+            f"expected an opset {MIN_OPSET} to {MAX_OPSET} (attention needs {MIN_OPSET}; {MAX_OPSET} is the highest "
+            f"tried), got {value}"
+        )
+    return value
+
+
+def _variants(text: str | None) -> tuple[str, ...]:
+    """``--variants``' names; absent: every variant.
+
+    Raises:
+        CommandError: given but naming none (``--variants ""``).
+    """
+    if text is None:
+        return tuple(VARIANT_FILES)
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    if not names:
+        raise CommandError(
+            f"--variants {text!r} names no variant; give some of {', '.join(VARIANT_FILES)}, or leave it out for all"
+        )
+    return names
 
 
 def _export_arguments(parser: ArgumentParser) -> None:
@@ -83,7 +113,12 @@ def _export_arguments(parser: ArgumentParser) -> None:
     )
     parser.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
     add_option(parser, "variants", "export")
-    parser.add_argument("--opset", type=int, default=None, help=f"ONNX opset (default {DEFAULT_OPSET})")
+    parser.add_argument(
+        "--opset",
+        type=_opset,
+        default=None,
+        help=f"ONNX opset, {MIN_OPSET} to {MAX_OPSET} (default {DEFAULT_OPSET})",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing OUTDIR written by bertonnx export")
     add_option(parser, "json", "export")
 
@@ -112,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         allow_random_heads=args.allow_random_heads,
         revision=args.revision,
-        variants=tuple(v.strip() for v in (args.variants or ",".join(VARIANT_FILES)).split(",") if v.strip()),
+        variants=_variants(args.variants),
         variants_named=args.variants is not None,
-        opset=args.opset or DEFAULT_OPSET,
+        opset=DEFAULT_OPSET if args.opset is None else args.opset,
         force=args.force,
         task=args.task,
         labels=tuple(args.labels.split(",")) if args.labels is not None else None,

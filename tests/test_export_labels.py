@@ -104,6 +104,9 @@ def test_bio_labels_make_a_tagger(
             "--labels has an empty name (label 2 of 3)",
         ),
         ("BertModel", ["--task", "text-classification", "--num-labels", "0"], "expected a whole number >= 1, got 0"),
+        ("BertModel", ["--opset", "0"], "argument --opset: expected an opset 14 to 21"),  # 0 was the default, silently
+        ("BertModel", ["--opset", "13"], "(attention needs 14; 21 is the highest tried), got 13"),  # was exit 70
+        ("BertModel", ["--opset", "99"], "expected an opset 14 to 21"),
         (
             "BertModel",
             ["--task", "fill-mask", "--labels", "a,b"],
@@ -130,4 +133,16 @@ def test_labels_that_contradict_are_refused_in_one_line(
     assert code == EXIT_USAGE, lines
     assert len(lines) == 1, lines
     assert message in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_variants_naming_none_is_refused(
+    capsys: pytest.CaptureFixture[str], checkpoints: dict[str, Path], tmp_path: Path
+) -> None:
+    """``--variants ""`` was every variant, silently."""
+    code = main(
+        ["export", str(checkpoints["BertModel"]), str(tmp_path / "out"), "--weights", "random", "--variants", ""]
+    )
+    assert code == EXIT_USAGE
+    assert "--variants '' names no variant; give some of fp32, optimized, int8, bf16" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
