@@ -762,7 +762,8 @@ def test_serve_refuses_a_bad_directory_or_option_before_binding(tmp_path: Path, 
     ],
 )
 def test_bad_serve_options_are_one_line_exit_2(tiny_export: Path, args: list[str], message: str) -> None:
-    command = [sys.executable, "-m", "bertonnx.cli", "serve", str(tiny_export), "--port", str(free_port()), *args]
+    port = [] if "--port" in args else ["--port", str(free_port())]  # an option given twice is its own error
+    command = [sys.executable, "-m", "bertonnx.cli", "serve", str(tiny_export), *port, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("bertonnx serve: error: "), result.stderr  # every command's style

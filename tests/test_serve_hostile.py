@@ -508,6 +508,13 @@ def test_http_layer_and_body_errors_are_json_naming_the_problem(hostile: Server)
         body = answer.json()
         message = body["error"]["message"] if path.startswith("/v1/") else body["error"]
         assert "Content-Encoding gzip is not supported" in message, body
+    plain = json.dumps({"inputs": "hello"}).encode()  # a header the route cannot honour, on a plain body: 415 too
+    for header in ("Content-Encoding: gzip", "Content-Encoding: br"):
+        answer = raw(port, post("/embed", plain, header))
+        assert answer is not None
+        assert answer.status == 415, answer
+        assert "is not supported on /embed" in answer.json()["error"]
+    assert raw(port, post("/embed", plain, "Content-Encoding: identity")).status == 200
     digits = b'{"inputs": "a", "normalize": ' + b"1" * 5000 + b"}"
     check(raw(port, post("/embed", digits)), 422, "validation", "4,300 digits")
     body = json.loads(kserve_body(1, 3))

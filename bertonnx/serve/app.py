@@ -137,7 +137,11 @@ def create_app(
     app.include_router(kserve_routes(state))
     app.include_router(server_routes(state))
     app.add_middleware(
-        BodyLimit, limit=options.payload_limit, timeout=options.request_timeout, draining=lambda: state.draining
+        BodyLimit,
+        limit=options.payload_limit,
+        timeout=options.request_timeout,
+        draining=lambda: state.draining,
+        encoding_refusal=_encoding_refusal,
     )
     if options.api_key is not None:
         app.add_middleware(BearerAuth, api_key=options.api_key, open_paths=OPEN_PATHS)
@@ -168,16 +172,22 @@ def _error_response(error: ServeError, request: Request) -> Response:
     )
 
 
-def _unsupported_encoding(request: Request) -> ServeError | None:
-    """415 for a compressed body on a route that takes none (only KServe's infer route decompresses)."""
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
+def _encoding_refusal(path: str, header: str) -> ServeError | None:
+    """415 for a Content-Encoding the route does not decode (only KServe's infer route takes gzip and deflate,
+    and refuses others itself); ``None`` for none or identity."""
+    encoding = header.strip().lower()
+    if encoding in ("", "identity") or (path.startswith("/v2/models/") and path.endswith("/infer")):
         return None
     return ServeError(
-        f"Content-Encoding {encoding} is not supported on {request.url.path}; send the JSON body uncompressed "
+        f"Content-Encoding {encoding} is not supported on {path}; send the JSON body uncompressed "
         f"(only the KServe infer route takes {' or '.join(KSERVE_ENCODINGS)})",
         "unsupported_media_type",
     )
+
+
+def _unsupported_encoding(request: Request) -> ServeError | None:
+    """:func:`_encoding_refusal` of a request that reached a route."""
+    return _encoding_refusal(request.url.path, request.headers.get("content-encoding", ""))
 
 
 def _body_problem(cause: BaseException | None) -> str:

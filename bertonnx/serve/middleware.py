@@ -162,11 +162,22 @@ class BodyLimit:
     holds neither a connection nor a drain.
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int, timeout: float, draining: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        timeout: float,
+        draining: Callable[[], bool],
+        encoding_refusal: Callable[[str, str], ServeError | None] | None = None,
+    ) -> None:
+        """``encoding_refusal(path, content_encoding)``: the 415 for a body the route cannot decode (any
+        Content-Encoding but identity off KServe's infer route), refused before the body is read."""
         self.app = app
         self.limit = limit
         self.timeout = timeout
         self.draining = draining
+        self.encoding_refusal = encoding_refusal
 
     def _too_large(self, declared: str | None) -> ServeError:
         size = f"has {declared} bytes, more than" if declared else "is larger than"
@@ -181,7 +192,12 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        declared = Headers(scope=scope).get("content-length")
+        headers = Headers(scope=scope)
+        refused = self.encoding_refusal(path, headers.get("content-encoding", "")) if self.encoding_refusal else None
+        if refused is not None:  # a header the route would not honour: never read the body as if it were plain
+            await send_error(send, refused, path=path, close=True)
+            return
+        declared = headers.get("content-length")
         if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > self.limit:
             await send_error(send, self._too_large(declared), path=path, close=True)
             return
