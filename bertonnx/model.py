@@ -40,7 +40,7 @@ from .outputs import BertOutput, Tokenized
 from .sentence import SentencePipeline, read_pipeline
 from .session import release_freed_memory, run_options
 from .tasks import POOLING_MODES, Graph, make_task
-from .tasks.base import check_positive_int, encoder_for
+from .tasks.base import check_positive_int, encoder_for, fed_length
 from .tasks.embed_sparse import SparseVector
 from .tasks.graph import assemble
 from .tokenizer import TextTokenizer
@@ -501,7 +501,8 @@ class BertOnnx(HeadMethods):
     def tokenize(
         self, text: str, pair: str | None = None, *, truncation: bool = False, max_length: int | None = None
     ) -> Tokenized:
-        """Tokens, ids, segment ids and mask of one input, exactly as the model is fed.
+        """Tokens, ids, segment ids and mask of one input, exactly as the model is fed (``max_length``
+        default: a sentence-transformers export's ``max_seq_length``, as ``embed`` cuts; else the positions).
 
         Raises:
             TypeError: ``text`` or ``pair`` is not a string.
@@ -515,6 +516,6 @@ class BertOnnx(HeadMethods):
             [text],
             None if pair is None else [pair],
             truncation=truncation,
-            max_length=encoder_for(self, truncation, max_length).max_length,
+            max_length=encoder_for(self, truncation, fed_length(self) if max_length is None else max_length).max_length,
         )
         return Tokenized(list(encoding.tokens), list(encoding.ids), list(encoding.type_ids), [1] * len(encoding.ids))

@@ -773,6 +773,16 @@ def test_server_routes_answer_as_encode(rich_folder: tuple[Path, SentenceTransfo
         while client.get("/ready").status_code != 200:
             assert time.monotonic() < deadline, "the server was not ready in time"
             time.sleep(0.05)
+        # /tokenize shows what embed feeds: up to max_seq_length, not the positions
+        bert = BertOnnx(rich_export)
+        limit = bert.sentence.max_seq_length if bert.sentence is not None else 0
+        assert limit < bert.max_length
+        fed = client.post("/tokenize", json={"inputs": LONG, "truncate": True})
+        assert fed.status_code == 200, fed.text
+        assert len(fed.json()[0]["ids"]) == limit == len(bert.tokenize(LONG, truncation=True).ids)
+        refused = client.post("/tokenize", json={"inputs": LONG})
+        assert refused.status_code == 422
+        assert f"more than the model's limit of {limit}" in refused.json()["error"]
         info = client.get("/info").json()
         assert info["pooling"] == "pipeline"
         assert info["sentence_transformers"]["pipeline"][0] == "pooling(weightedmean, without prompt)"

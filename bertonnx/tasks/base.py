@@ -243,6 +243,13 @@ class PerInput:
         return list(answers)
 
 
+def fed_length(model: ModelFacts) -> int | None:
+    """The tokens per input the export's own pipeline feeds: a sentence-transformers export's
+    ``max_seq_length``; ``None`` (the positions) for any other."""
+    pipeline = getattr(model, "sentence", None)
+    return None if pipeline is None else int(pipeline.max_seq_length)
+
+
 def encoder_for(model: ModelFacts, truncation: object = False, max_length: object = None) -> Encoder:
     """The :class:`Encoder` of ``model`` with the caller's options, checked.
 

@@ -42,13 +42,21 @@ class Graph(PerInput):
     name = "graph"
 
     @classmethod
-    def build(cls, model: ModelFacts, *, outputs: tuple[str, ...] | None = None, truncation: bool = False) -> Graph:
-        """The task for ``model``: every graph output by default.
+    def build(
+        cls,
+        model: ModelFacts,
+        *,
+        outputs: tuple[str, ...] | None = None,
+        truncation: bool = False,
+        max_length: int | None = None,
+    ) -> Graph:
+        """The task for ``model``: every graph output by default; inputs up to ``max_length`` tokens (default:
+        the model's positions).
 
         Raises:
-            ValueError: an unknown output. TypeError: ``truncation`` is not a bool.
+            ValueError: an unknown output or ``max_length`` out of range. TypeError: ``truncation`` is not a bool.
         """
-        return cls(tuple(outputs or model.output_names), encoder=encoder_for(model, truncation))
+        return cls(tuple(outputs or model.output_names), encoder=encoder_for(model, truncation, max_length))
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.outputs if name not in GRAPH_OUTPUT_NAMES]

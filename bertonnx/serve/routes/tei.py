@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from ...tasks import Prepared, nsp_labels
+from ...tasks.base import fed_length
 from .. import pipeline
 from ..protocol import (
     EmbedRequest,
@@ -165,9 +166,10 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
 
     @router.post("/tokenize", response_model=list[Tokens], responses=ERROR_RESPONSES)
     async def tokenize(body: TokenizeRequest, request: Request) -> Response:
-        """Tokens, ids and segment ids of each text or pair, exactly as the model is fed."""
+        """Tokens, ids and segment ids of each text or pair, exactly as the model is fed (a
+        sentence-transformers export: up to its ``max_seq_length``)."""
         model, _ = state.require_model()
-        task = pipeline.task(model, "encode", truncation=truncation(state, body.truncate))
+        task = pipeline.task(model, "encode", truncation=truncation(state, body.truncate), max_length=fed_length(model))
         items = pipeline.as_list(body.inputs)
         pipeline.check_count(len(items), state)
         prepared = await pipeline.prepare(state, request, task, items)
