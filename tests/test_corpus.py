@@ -101,7 +101,10 @@ def test_the_output_says_what_computed_it(
         "task": "embed",
         "pooling": "mean",
         "normalize": "true",
+        "prompt_name": "",
+        "dimensions": "",
         "truncation": "false",
+        "max_length": str(model.max_length),
         "weights": "pretrained",  # the tiny checkpoint's weights were saved, not seeded by the export
     }
     assert read_metadata(embedded) == expected

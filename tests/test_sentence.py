@@ -819,7 +819,13 @@ def test_corpus_job_embeds_as_encode(
     table = pq.read_table(output)
     vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
     np.testing.assert_allclose(vectors, model.encode(texts), atol=EXACT, rtol=0)
-    assert table.schema.metadata[b"bertonnx.pooling"] == b"default"
+    meta = table.schema.metadata  # what computed the rows, as it ran (not the options' absence)
+    assert meta[b"bertonnx.pooling"] == b"pipeline"
+    assert meta[b"bertonnx.truncation"] == b"true"
+    assert meta[b"bertonnx.max_length"] == str(model.max_seq_length).encode()
+    assert meta[b"bertonnx.dimensions"] == str(model.truncate_dim or "").encode()
+    assert main(["batch", str(rich_export), "--input", str(source), "--output", str(output), "--dimensions", "4"]) == 0
+    assert pq.read_table(output).schema.metadata[b"bertonnx.dimensions"] == b"4"
 
 
 def _assert_embed_sparse_route(export: Path, expected: np.ndarray) -> None:

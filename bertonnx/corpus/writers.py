@@ -59,13 +59,23 @@ def output_metadata(
     Returns:
         ``bertonnx.version``, ``bertonnx.model_id`` (the checkpoint exported, with its revision when known),
         ``bertonnx.model_dir``, ``bertonnx.variant``, ``bertonnx.precision``, ``bertonnx.task``,
-        ``bertonnx.pooling`` and ``bertonnx.normalize`` (``embed`` only, else empty), ``bertonnx.truncation``
-        and ``bertonnx.weights`` (``pretrained`` or ``random``: any weight seeded rather than trained).
+        ``bertonnx.pooling`` (the pooling that ran: the export's own ``pipeline`` or ``pooler`` by default),
+        ``bertonnx.normalize``, ``bertonnx.prompt_name`` and ``bertonnx.dimensions`` (``embed`` only, else
+        empty; the export's default prompt and ``truncate_dim`` when the job named none), ``bertonnx.truncation``
+        (whether inputs were cut: a sentence-transformers export's own pipeline cuts by default),
+        ``bertonnx.max_length`` (tokens per input: its ``max_seq_length``, else the positions) and
+        ``bertonnx.weights`` (``pretrained`` or ``random``: any weight seeded rather than trained).
     """
     source = manifest.data.get("source") or {}
     model_id = str(source.get("model", "")) if isinstance(source, dict) else str(source)
     revision = source.get("revision") if isinstance(source, dict) else None
     embed = options.task == "embed"
+    block = manifest.data.get("sentence_transformers") or None
+    pooling = options.pooling or ("pipeline" if block else "pooler")
+    own = block is not None and ((embed and pooling == "pipeline") or options.task == "sparse")  # cut at its length
+    defaults = block if own and block else {}  # the export's own defaults apply with its own pipeline
+    dimensions = options.dimensions if options.dimensions is not None else defaults.get("truncate_dim")
+    prompt_name = options.prompt_name or defaults.get("default_prompt_name")
     values = {
         "version": __version__,
         "model_id": f"{model_id}@{revision}" if revision else model_id,
@@ -73,9 +83,12 @@ def output_metadata(
         "variant": variant,
         "precision": precision or VARIANT_PRECISION.get(variant, variant),
         "task": options.task,
-        "pooling": (options.pooling or "default") if embed else "",
+        "pooling": pooling if embed else "",
         "normalize": str(options.normalize).lower() if embed else "",
-        "truncation": str(options.truncation).lower(),
+        "prompt_name": str(prompt_name or "") if embed else "",
+        "dimensions": str(dimensions or "") if embed else "",
+        "truncation": str(bool(options.truncation or own)).lower(),
+        "max_length": str(block["max_seq_length"] if own and block else manifest.max_position_embeddings),
         "weights": "random" if manifest.random_weights else "pretrained",
     }
     return {METADATA_PREFIX + key: value for key, value in values.items()}
