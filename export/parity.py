@@ -5,8 +5,9 @@ run: each variant is loaded with the torch-free :class:`bertonnx.BertOnnx`, so t
 truncation, length-sorted batching and padding are all part of what is compared. The reference is
 transformers' ``BertForPreTraining`` rebuilt the way the export built it (the manifest's source and seed
 for random weights; ``--reference`` or the manifest's source for pretrained ones, with recorded random
-heads seeded the same way), fed ids from transformers' Python ``BertTokenizer`` (BERT's reference
-tokenizer), one input at a time. Inputs: the gate's built-in inputs (``export.gate.GATE_INPUTS``) plus
+heads seeded the same way), fed ids from the checkpoint's transformers fast tokenizer (what its pipelines run,
+and whose rules the runtime follows: pair truncation ``longest_first`` with the odd token to the longer side),
+one input at a time. Inputs: the gate's built-in inputs (``export.gate.GATE_INPUTS``) plus
 user pairs from ``--pairs FILE.tsv``. Figures, comparison and tolerances are the gate's own.
 
 One process, in sequence: all PyTorch work finishes first, then each variant's onnxruntime session is
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +46,8 @@ from .errors import ExportError
 
 #: Inputs per runtime call; the built-in inputs then run as length-sorted, padded batches.
 RUNTIME_BATCH_SIZE = 8
+#: Characters of an input shown in a tokenization breach (the rest elided).
+SHOWN_CHARS = 80
 _CONFIG_KEYS = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
 
 
@@ -165,13 +167,10 @@ def load_reference(manifest: Manifest, reference: str | None) -> Any:
 
 
 def _reference_tokenizer(source: Any) -> Any:
-    """transformers' Python ``BertTokenizer`` with the reference's vocabulary and casing."""
-    from transformers import BertTokenizer
-
-    fast = source.tokenizer
-    with tempfile.TemporaryDirectory() as tmp:
-        (vocab_file,) = fast.save_vocabulary(tmp)
-        return BertTokenizer(vocab_file=vocab_file, do_lower_case=bool(getattr(fast, "do_lower_case", True)))
+    """The reference checkpoint's transformers fast tokenizer (the pipelines' tokenizer). The Python
+    ``BertTokenizer`` is not the reference: on a pair of equal lengths it cuts the other side first
+    (docs/tasks.md lists the deliberate differences)."""
+    return source.tokenizer
 
 
 def reference_run(
@@ -182,7 +181,7 @@ def reference_run(
 
     from .graph import BertWithHeads
 
-    hf_logging.set_verbosity_error()  # the slow tokenizer warns on every truncated pair
+    hf_logging.set_verbosity_error()  # transformers warns on every truncated pair
     tokenizer = _reference_tokenizer(source)
     encoded = []
     for text, pair in inputs:
@@ -298,7 +297,8 @@ def _problems(results: list[VariantResult], inputs: list[Input]) -> list[str]:
     for result in results:
         found += [p for problems in result.breaches.values() for p in problems]
         for i in result.token_mismatches:
-            found.append(f"{result.variant}: tokenization of input {i} differs from BertTokenizer: {inputs[i].text!r}")
+            text = inputs[i].text if len(inputs[i].text) <= SHOWN_CHARS else inputs[i].text[:SHOWN_CHARS] + "…"
+            found.append(f"{result.variant}: tokenization of input {i} differs from transformers' tokenizer: {text!r}")
     return found
 
 

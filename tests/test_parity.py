@@ -394,7 +394,10 @@ def test_parity_command_fails_on_a_wrong_model(
 
 def test_parity_command_passes_an_untouched_export(tiny_export: Path, tiny_checkpoint: Path, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.tsv"
-    pairs.write_text("the weather is nice\ti agree with you\na single text\n\nwhat now?\tnothing\n", encoding="utf-8")
+    tie = " ".join(["word"] * 300)  # a pair of equal sides over the limit: the fast tokenizer's tie-break
+    pairs.write_text(
+        f"the weather is nice\ti agree with you\na single text\n\nwhat now?\tnothing\n{tie}\t{tie}\n", encoding="utf-8"
+    )
     report = tmp_path / "out" / "parity.md"
     report.parent.mkdir()  # an output's folder must exist (a missing one is refused before any work)
     result = _parity_cli(
@@ -406,7 +409,7 @@ def test_parity_command_passes_an_untouched_export(tiny_export: Path, tiny_check
     assert "{" not in result.stdout  # words, not Python dicts
     text = report.read_text()
     assert "- verdict: pass" in text
-    assert "18 built-in + 3 from --pairs" in text
+    assert "18 built-in + 4 from --pairs" in text
     assert text.count("| pass |") == 4 * len(VARIANT_FILES)
     assert [p.name for p in report.parent.iterdir()] == ["parity.md"]  # no temporary file left behind
 
