@@ -792,6 +792,10 @@ def test_server_routes_answer_as_encode(rich_folder: tuple[Path, SentenceTransfo
         np.testing.assert_allclose(np.array(tei), expected, atol=EXACT, rtol=0)
         tei = client.post("/embed", json={"inputs": TEXTS, "normalize": False, "prompt_name": "document"}).json()
         np.testing.assert_allclose(np.array(tei), model.encode(TEXTS, prompt_name="document"), atol=EXACT, rtol=0)
+        tei = client.post("/embed", json={"inputs": TEXTS, "normalize": False, "prompt": "zz: "}).json()
+        np.testing.assert_allclose(np.array(tei), model.encode(TEXTS, prompt="zz: "), atol=EXACT, rtol=0)
+        both = client.post("/embed", json={"inputs": TEXTS, "prompt": "zz: ", "prompt_name": "document"})
+        assert both.status_code == 422, both.text
         body = {"input": TEXTS, "dimensions": 6}
         data = client.post("/v1/embeddings", json=body).json()["data"]
         expected = model.encode(TEXTS, truncate_dim=6, normalize_embeddings=True)

@@ -189,6 +189,9 @@ class EmbedRequest(Body):
         "([CLS] state) or mean (attended tokens); absent: the server's --pooling, else the export's own",
     )
     prompt_name: StrictStr | None = Field(default=None, description="one of the export's prompts (TEI's)")
+    prompt: StrictStr | None = Field(
+        default=None, description="a prompt text put before every text (ours, as sentence-transformers' prompt=)"
+    )
     dimensions: StrictInt | None = Field(default=None, description="keep the first dimensions values (Matryoshka)")
 
     check_inputs = _inputs_check("inputs", TEXTS)
@@ -200,6 +203,9 @@ class EmbedSparseRequest(Body):
     inputs: StrictStr | list[StrictStr] = Field(description="a text or a list of texts", examples=[["hello world"]])
     truncate: StrictBool | None = Field(default=None, description=TRUNCATE_DOC)
     prompt_name: StrictStr | None = Field(default=None, description="one of the export's prompts (TEI's)")
+    prompt: StrictStr | None = Field(
+        default=None, description="a prompt text put before every text (ours, as sentence-transformers' prompt=)"
+    )
     top_k: StrictInt | None = Field(default=None, ge=1, description="keep the top_k largest weights (ours)")
 
     check_inputs = _inputs_check("inputs", TEXTS)

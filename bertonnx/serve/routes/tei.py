@@ -75,6 +75,7 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             normalize=body.normalize,
             truncation=task_truncation(state, body.truncate),
             prompt_name=body.prompt_name,
+            prompt=body.prompt,
             dimensions=body.dimensions,
         )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs))
@@ -90,6 +91,7 @@ def tei_routes(state: ServerState, *, classifier: bool) -> APIRouter:
             "embed_sparse",
             top_k=body.top_k,
             prompt_name=body.prompt_name,
+            prompt=body.prompt,
             truncation=task_truncation(state, body.truncate),
         )
         _, answers = await pipeline.run(state, request, task, pipeline.as_list(body.inputs), size_check=False)
