@@ -6,9 +6,10 @@ truncation, length-sorted batching and padding are all part of what is compared.
 transformers' ``BertForPreTraining`` rebuilt the way the export built it (the manifest's source and seed
 for random weights; ``--reference`` or the manifest's source for pretrained ones, with recorded random
 heads seeded the same way), fed ids from the checkpoint's transformers fast tokenizer (what its pipelines run,
-and whose rules the runtime follows: pair truncation ``longest_first`` with the odd token to the longer side),
-one input at a time. Inputs: the gate's built-in inputs (``export.gate.GATE_INPUTS``) plus
-user pairs from ``--pairs FILE.tsv``. Figures, comparison and tolerances are the gate's own.
+and whose rules the runtime follows: pair truncation ``longest_first`` with the odd token to the longer side;
+a text it cannot take, a lone surrogate, from the Python ``BertTokenizer``), one input at a time. Inputs: the
+gate's built-in inputs (``export.gate.GATE_INPUTS``) plus user pairs from ``--pairs FILE.tsv``. Figures,
+comparison and tolerances are the gate's own.
 
 One process, in sequence: all PyTorch work finishes first, then each variant's onnxruntime session is
 built with thread spinning disabled and dropped before the next. onnxruntime's spinning intra-op threads
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -173,6 +175,17 @@ def _reference_tokenizer(source: Any) -> Any:
     return source.tokenizer
 
 
+def _python_tokenizer(source: Any) -> Any:
+    """transformers' Python ``BertTokenizer`` with the reference's vocabulary and casing: the reference for a
+    text the fast tokenizer cannot take at all (a lone surrogate, which its Rust core refuses)."""
+    from transformers import BertTokenizer
+
+    fast = source.tokenizer
+    with tempfile.TemporaryDirectory() as tmp:
+        (vocab_file,) = fast.save_vocabulary(tmp)
+        return BertTokenizer(vocab_file=vocab_file, do_lower_case=bool(getattr(fast, "do_lower_case", True)))
+
+
 def reference_run(
     source: Any, inputs: list[tuple[str, str | None]], max_length: int
 ) -> tuple[list[Input], list[gate.Case], list[dict[str, np.ndarray]]]:
@@ -183,9 +196,15 @@ def reference_run(
 
     hf_logging.set_verbosity_error()  # transformers warns on every truncated pair
     tokenizer = _reference_tokenizer(source)
+    python_tokenizer = None
     encoded = []
     for text, pair in inputs:
-        enc = tokenizer(text, pair, truncation="longest_first", max_length=max_length, return_token_type_ids=True)
+        options = {"truncation": "longest_first", "max_length": max_length, "return_token_type_ids": True}
+        try:
+            enc = tokenizer(text, pair, **options)
+        except TypeError:  # a lone surrogate: the fast tokenizer refuses the string itself
+            python_tokenizer = python_tokenizer or _python_tokenizer(source)
+            enc = python_tokenizer(text, pair, **options)
         encoded.append(Input(text, pair, list(enc["input_ids"]), list(enc["token_type_ids"])))
     cases = [
         gate.make_case(f"input {i} ({len(item.ids)} tokens{', pair' if item.pair is not None else ''})", [item])
