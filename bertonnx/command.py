@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from .errors import InputTooLongError, OptionError, VariantMissingError, preferred_variant
+from .errors import InputTooLongError, OptionError, VariantMissingError, over_limit, preferred_variant
 from .exit_codes import EXIT_BROKEN_PIPE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from .extras import extra_of_module, install_hint, require_extra
 from .vocabulary import flag, non_negative_int, positive_int
@@ -187,15 +187,14 @@ def describe_error(exc: BaseException) -> str:
     """
     if isinstance(exc, InputTooLongError):
         if exc.option == "stride":
+            model_limit = f"the model's {exc.max_length}"
             return (
-                f"text {exc.index} has {exc.length} tokens, more than the {exc.max_length} the model takes; pass "
-                f"{flag('stride')} (e.g. {flag('stride')} 128) to tag it in overlapping windows, merged as "
-                "transformers' pipeline merges them"
+                f"text {exc.index} has {over_limit(exc.length, model_limit)}; pass {flag('stride')} (e.g. "
+                f"{flag('stride')} 128) to tag it in overlapping windows, merged as transformers' pipeline merges them"
             )
-        count = f"{exc.length} tokens" if exc.length is not None else "more tokens"
         return (
-            f"input {exc.index} has {count}, more than the limit of {exc.max_length}; pass {flag(exc.option)} "
-            "to cut it, or split the text"
+            f"input {exc.index} has {over_limit(exc.length, f'the limit of {exc.max_length}')}; pass "
+            f"{flag(exc.option)} to cut it, or split the text"
         )
     if isinstance(exc, OptionError):  # the core names the option in Python; the vocabulary knows its flag
         return f"{flag(exc.option)} must be {exc.expected}, got {exc.value!r}" + (f"; {exc.fix}" if exc.fix else "")

@@ -32,6 +32,7 @@ __all__ = [
     "RequestTooLargeError",
     "ShuttingDownError",
     "VariantMissingError",
+    "over_limit",
 ]
 
 
@@ -93,6 +94,12 @@ class RandomWeightsWarning(UserWarning):
 # -- inputs and models (raised by the runtime) ------------------------------------------------------------
 
 
+def over_limit(length: int | None, limit: str) -> str:
+    """``"608 tokens, more than {limit}"``, or ``"more than {limit} tokens"`` when only that is known (a very
+    long text is refused without tokenizing all of it); ``limit`` is e.g. ``"max_length=512"``."""
+    return f"more than {limit} tokens" if length is None else f"{length} tokens, more than {limit}"
+
+
 class InputTooLongError(ValueError):
     """An input has more tokens than the limit and nothing may cut it.
 
@@ -105,15 +112,15 @@ class InputTooLongError(ValueError):
     """
 
     def __init__(self, index: int, length: int | None, max_length: int, option: str = "truncation") -> None:
-        count = f"{length} tokens" if length is not None else "more tokens"
         if option == "stride":
+            model_limit = f"the model's {max_length}"
             message = (
-                f"text {index} has {count}, more than the {max_length} the model takes; pass stride (e.g. "
-                "stride=128) to tag it in overlapping windows, merged as transformers' pipeline merges them"
+                f"text {index} has {over_limit(length, model_limit)}; pass stride "
+                "(e.g. stride=128) to tag it in overlapping windows, merged as transformers' pipeline merges them"
             )
         else:
             message = (
-                f"input {index} has {count}, more than max_length={max_length}. Pass truncation=True to cut "
+                f"input {index} has {over_limit(length, f'max_length={max_length}')}. Pass truncation=True to cut "
                 "it (longest sequence first for pairs), or split the text."
             )
         super().__init__(message)

@@ -267,3 +267,17 @@ def test_options_reach_the_session(tiny_export: Path) -> None:
     assert m.session.get_session_options().intra_op_num_threads == 1
     assert m.session.get_session_options().enable_cpu_mem_arena is False
     assert m.session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_an_input_refused_before_it_was_all_counted_reads_as_more_than_the_limit() -> None:
+    """A very long text is refused without tokenizing all of it (its length unknown): every edge says "more than
+    N tokens", not "has more tokens, more than"."""
+    from bertonnx.command import describe_error
+    from bertonnx.corpus.errors import row_reason
+    from bertonnx.errors import InputTooLongError
+
+    error = InputTooLongError(0, None, 8192)
+    assert str(error).startswith("input 0 has more than max_length=8192 tokens. Pass truncation=True")
+    assert describe_error(error).startswith("input 0 has more than the limit of 8192 tokens; pass --truncation")
+    assert row_reason(error).startswith("has more than the model's 8192 tokens; cut it")
+    assert str(InputTooLongError(1, 602, 512)).startswith("input 1 has 602 tokens, more than max_length=512.")

@@ -3,7 +3,7 @@ Ray cluster that failed the job."""
 
 from __future__ import annotations
 
-from ..errors import InputTooLongError
+from ..errors import InputTooLongError, over_limit
 
 __all__ = ["BadRowError", "CorpusFileError", "RayJobError", "row_reason"]
 
@@ -15,11 +15,11 @@ def row_reason(error: Exception, task: str = "embed") -> str:
     (``truncation=True``, ``--truncation``); this is the one place such a reason is worded.
     """
     if isinstance(error, InputTooLongError):
-        count = f"{error.length} tokens" if error.length is not None else "more tokens"
         windows = ", tag it in windows with stride=N (--stride N)" if task == "tag" else ""
+        model_limit = f"the model's {error.max_length}"
         return (
-            f"has {count}, more than the model's {error.max_length}; cut it with truncation=True (--truncation)"
-            f"{windows}, or split the text"
+            f"has {over_limit(error.length, model_limit)}; cut it with truncation=True (--truncation){windows}, or "
+            "split the text"
         )
     return str(error)
 

@@ -28,6 +28,7 @@ from ..errors import (
     RequestTooLargeError,
     ShuttingDownError,
     VariantMissingError,
+    over_limit,
 )
 from ..vocabulary import FIELD_NAMES, field_name
 
@@ -121,8 +122,9 @@ def from_core(error: Exception) -> ServeError:
     """
     if isinstance(error, InputTooLongError):
         if error.option == "stride":
+            model_limit = f"the model's {error.max_length}"
             return ServeError(
-                f"text {error.index} has {error.length} tokens, more than the {error.max_length} the model takes; "
+                f"text {error.index} has {over_limit(error.length, model_limit)}; "
                 f'pass {field_name("stride")} (e.g. "{field_name("stride")}": 128) to tag it in overlapping windows, '
                 "merged as transformers' pipeline merges them",
                 "validation",
