@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -73,7 +73,7 @@ def output_metadata(
     block = manifest.data.get("sentence_transformers") or None
     pooling = options.pooling or ("pipeline" if block else "pooler")
     own = block is not None and ((embed and pooling == "pipeline") or options.task == "sparse")  # cut at its length
-    defaults = block if own and block else {}  # the export's own defaults apply with its own pipeline
+    defaults: dict[str, Any] = block if own and block else {}  # its own defaults apply with its own pipeline
     dimensions = options.dimensions if options.dimensions is not None else defaults.get("truncate_dim")
     prompt_name = options.prompt_name or defaults.get("default_prompt_name")
     values = {
@@ -88,7 +88,7 @@ def output_metadata(
         "prompt_name": str(prompt_name or "") if embed else "",
         "dimensions": str(dimensions or "") if embed else "",
         "truncation": str(bool(options.truncation or own)).lower(),
-        "max_length": str(block["max_seq_length"] if own and block else manifest.max_position_embeddings),
+        "max_length": str(defaults.get("max_seq_length", manifest.max_position_embeddings)),
         "weights": "random" if manifest.random_weights else "pretrained",
     }
     return {METADATA_PREFIX + key: value for key, value in values.items()}

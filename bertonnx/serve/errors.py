@@ -30,7 +30,7 @@ from ..errors import (
     VariantMissingError,
     over_limit,
 )
-from ..vocabulary import FIELD_NAMES, field_name
+from ..vocabulary import FIELD_NAMES, field_name, flag
 
 __all__ = [
     "CORE_ERRORS",
@@ -148,9 +148,9 @@ def from_core(error: Exception) -> ServeError:
             "validation",
         )
     if isinstance(error, RequestTooLargeError):
-        flag = "--" + error.option.replace("_", "-")
         return ServeError(
-            f"{error.count} {error.what} in one request, more than {flag} {error.limit}; split the request",
+            f"{error.count} {error.what} in one request, more than {flag(error.option)} {error.limit}; split the "
+            "request",
             "payload_too_large",
         )
     if isinstance(error, QueueFullError):
